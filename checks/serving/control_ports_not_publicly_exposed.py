@@ -1,0 +1,328 @@
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_audit.api import (
+    WORKLOAD_TYPES,
+    Category,
+    Container,
+    PodTemplate,
+    Resource,
+    Result,
+    Severity,
+    Snapshot,
+    as_list,
+    as_mapping,
+    check,
+    failed,
+    map_selector_matches,
+    passed,
+    pod_templates,
+    str_map,
+)
+
+from ._common import (
+    RAY,
+    TORCHSERVE,
+    TRITON,
+    VLLM,
+    ServerClass,
+    argv,
+    classify,
+    env_value,
+    flag_value,
+    has_flag,
+    image_tag,
+    truthy,
+)
+
+ADMIN, METRICS, INFERENCE = "admin", "metrics", "inference"
+
+# Ports each server listens on without configuration, so that a numeric targetPort reaches it
+# even when the container does not declare the port (declaring ports is informational).
+_DEFAULT_PORTS: dict[str, frozenset[int]] = {
+    TORCHSERVE: frozenset({8080, 8081, 8082, 7070, 7071}),
+    TRITON: frozenset({8000, 8001, 8002}),
+    VLLM: frozenset({8000}),
+    "tgi": frozenset({80, 8080}),
+    RAY: frozenset({8265, 10001, 6379, 8080, 8000}),
+    "sglang": frozenset({30000}),
+    "ollama": frozenset({11434}),
+    "nim": frozenset({8000}),
+}
+_ADMIN_PORTS: dict[str, frozenset[int]] = {
+    TORCHSERVE: frozenset({8081, 7071}),  # management REST and gRPC
+    RAY: frozenset({8265, 10001, 6379}),  # dashboard/Jobs API, client server, GCS
+}
+_METRICS_PORTS: dict[str, frozenset[int]] = {
+    TORCHSERVE: frozenset({8082}),
+    TRITON: frozenset({8002}),
+    RAY: frozenset({8080}),
+}
+_INTERNAL_LB_ANNOTATIONS = {
+    "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+    "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+    "networking.gke.io/load-balancer-type": "internal",
+    "cloud.google.com/load-balancer-type": "internal",
+    "service.beta.kubernetes.io/azure-load-balancer-internal": "true",
+}
+_OPEN_RANGES = ("0.0.0.0/0", "::/0")
+_ONE_STEP_DOWN = {
+    Severity.CRITICAL: Severity.HIGH,
+    Severity.HIGH: Severity.MEDIUM,
+    Severity.MEDIUM: Severity.LOW,
+    Severity.LOW: Severity.LOW,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Exposure:
+    container: Container
+    server: ServerClass
+    number: int | None  # the container port, when known
+    port_name: str  # the container port's name, "" when undeclared
+    kind: str
+
+
+@check(
+    id="GPU-SRV-003",
+    title=(
+        "Model-server management, metrics and dashboard ports are not exposed through "
+        "LoadBalancer or NodePort Services"
+    ),
+    category=Category.SERVING,
+    severity=Severity.CRITICAL,
+    requires=("Service", WORKLOAD_TYPES),
+    rationale="""
+        TorchServe's management API (8081/7071) registers models, and a model archive is
+        arbitrary Python; the Ray dashboard and Jobs API (8265) and client port (10001) run
+        arbitrary code by design; Triton with dynamic model loading turns its inference port
+        into a model-loading API. A LoadBalancer, NodePort or externalIPs Service publishes such
+        ports outside the cluster, usually without any authentication. Metrics ports (TorchServe
+        8082, Triton 8002) leak model names and traffic and are an easy DoS target.
+    """,
+    detection="""
+        Services of type LoadBalancer or NodePort, or with externalIPs, that have a selector:
+        each port's targetPort (number or name; the port when unset) is resolved against the
+        containers of the pod templates the selector matches in the Service's namespace. A
+        container port is attributed to the container that declares it, or, when no container
+        declares a numeric port, to a model server that listens on it by default. Containers are
+        classified by image and command line (SRV-CLASSIFY); the rule that matched is printed.
+        Admin ports are critical (high when TorchServe token auth or Ray token auth is on),
+        metrics ports high; one step lower for internal load balancers or
+        loadBalancerSourceRanges without 0.0.0.0/0. Not flagged: ClusterIP Services; inference
+        ports (the purpose of a public Service) unless Triton runs with
+        --model-control-mode=explicit|poll without --http-restricted-api, or vLLM with
+        VLLM_SERVER_DEV_MODE=1; ports served by a sidecar such as an auth proxy; selector-less
+        Services (their endpoints are not known offline).
+    """,
+    remediation="""
+        # $kind $namespace/$name: remove spec.ports[$index] ($server $port_kind port $target)
+        # from the public Service and reach it through an internal Service instead:
+        apiVersion: v1
+        kind: Service
+        metadata:
+          name: $name-internal
+          namespace: $namespace
+        spec:
+          type: ClusterIP
+          selector: $selector
+          ports:
+            - name: $port_name
+              port: $port
+              targetPort: $target
+        # Keep the public Service inference-only, behind an authenticating gateway (OIDC/mTLS),
+        # and restrict it: loadBalancerSourceRanges or an internal load balancer annotation.
+    """,
+    references=(
+        "https://kubernetes.io/docs/concepts/services-networking/service/",
+        "https://docs.pytorch.org/serve/_sources/security.md.txt",
+        "https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/customization_guide/deploy.html",
+        "https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/kuberay-auth.html",
+    ),
+)
+def control_ports_not_publicly_exposed(snapshot: Snapshot) -> Iterator[Result]:
+    by_namespace: dict[str, list[PodTemplate]] = defaultdict(list)
+    for template in pod_templates(snapshot):
+        by_namespace[template.owner.ref.namespace].append(template)
+    for service in snapshot.of("Service"):
+        exposure = _exposure(service)
+        selector = str_map(service.spec.get("selector"))
+        if not exposure or not selector:
+            continue
+        templates = [
+            t
+            for t in by_namespace.get(service.ref.namespace, ())
+            if map_selector_matches(selector, t.labels)
+        ]
+        if not any(classify(c) for t in templates for c in t.containers(include_init=False)):
+            continue  # fronts no model server: not this check's business
+        yield from _evaluate(service, exposure, selector, templates)
+
+
+def _evaluate(
+    service: Resource, exposure: str, selector: Mapping[str, str], templates: list[PodTemplate]
+) -> Iterator[Result]:
+    found = False
+    for index, port in enumerate(map(as_mapping, as_list(service.spec.get("ports")))):
+        target = port.get("targetPort", port.get("port"))
+        for template in templates:
+            for hit in _resolve(template, target):
+                if hit.kind == INFERENCE:
+                    continue
+                found = True
+                yield _finding(service, exposure, selector, index, port, hit)
+    if not found:
+        yield passed(
+            service,
+            f"{exposure} exposes no model-server management, metrics or dashboard port",
+        )
+
+
+def _finding(
+    service: Resource,
+    exposure: str,
+    selector: Mapping[str, str],
+    index: int,
+    port: Mapping[str, Any],
+    hit: _Exposure,
+) -> Result:
+    severity = Severity.CRITICAL if hit.kind == ADMIN else Severity.HIGH
+    notes = []
+    if hit.kind == ADMIN and _authenticated(hit.container, hit.server.name):
+        severity = Severity.HIGH
+        notes.append("token auth is on")
+    if _restricted(service):
+        severity = _ONE_STEP_DOWN[severity]
+        notes.append("load balancer is internal or source-restricted")
+    owner = hit.container.template.owner.ref
+    target = hit.port_name or str(hit.number)
+    message = (
+        f"{exposure} publishes {hit.server.name} {hit.kind} port {target} of {owner} "
+        f"{hit.container.describe()}; classified by {hit.server.rule}"
+    )
+    if notes:
+        message += f" ({'; '.join(notes)})"
+    return failed(
+        service,
+        message,
+        path=f"spec.ports[{index}]",
+        severity=severity,
+        fix={
+            "index": str(index),
+            "server": hit.server.name,
+            "port_kind": hit.kind,
+            "port_name": str(port.get("name") or hit.port_name or hit.kind),
+            "port": str(port.get("port", hit.number or "")),
+            "target": target,
+            "selector": json.dumps(dict(selector), sort_keys=True),
+        },
+    )
+
+
+def _exposure(service: Resource) -> str:
+    """How the Service reaches outside the cluster ("" when it does not)."""
+    kind = str(service.spec.get("type") or "ClusterIP")
+    if kind in ("LoadBalancer", "NodePort"):
+        return f"{kind} Service"
+    if as_list(service.spec.get("externalIPs")):
+        return "Service with externalIPs"
+    return ""
+
+
+def _restricted(service: Resource) -> bool:
+    if service.spec.get("type") != "LoadBalancer":
+        return False  # NodePorts and externalIPs listen on node addresses regardless
+    annotations = service.annotations
+    if any(
+        annotations.get(key, "").lower() == value for key, value in _INTERNAL_LB_ANNOTATIONS.items()
+    ):
+        return True
+    ranges = [str(r).strip() for r in as_list(service.spec.get("loadBalancerSourceRanges"))]
+    return bool(ranges) and not any(r in _OPEN_RANGES for r in ranges)
+
+
+def _resolve(template: PodTemplate, target: object) -> Iterator[_Exposure]:
+    """The model-server container port a Service targetPort lands on in `template`."""
+    containers = [c for c in template.containers() if not c.init or c.is_sidecar]
+    if isinstance(target, str) and not target.isdigit():
+        for container in containers:
+            for declared in map(as_mapping, as_list(container.raw.get("ports"))):
+                if declared.get("name") == target:
+                    yield from _classified(container, _int(declared.get("containerPort")), target)
+                    return  # a named port resolves to the first container declaring it
+        return
+    number = _int(target)
+    if number is None:
+        return
+    for container in containers:
+        for declared in map(as_mapping, as_list(container.raw.get("ports"))):
+            if _int(declared.get("containerPort")) == number:
+                yield from _classified(container, number, str(declared.get("name") or ""))
+                return
+    for container in containers:
+        server = classify(container)
+        if server and number in _DEFAULT_PORTS.get(server.name, ()):
+            yield from _classified(container, number, "")
+            return
+
+
+def _classified(container: Container, number: int | None, name: str) -> Iterator[_Exposure]:
+    server = classify(container)
+    if server is not None:  # a sidecar (auth proxy, mesh) owns the port: not a model server
+        yield _Exposure(container, server, number, name, _port_kind(container, server, number, name))
+
+
+def _port_kind(container: Container, server: ServerClass, number: int | None, name: str) -> str:
+    lowered = name.lower()
+    if (number in _ADMIN_PORTS.get(server.name, ())) or any(
+        word in lowered for word in ("management", "dashboard", "admin")
+    ):
+        return ADMIN
+    if number in _METRICS_PORTS.get(server.name, ()) or "metrics" in lowered:
+        return METRICS
+    if server.name == TRITON and _triton_dynamic_loading(argv(container)):
+        return ADMIN
+    if server.name == VLLM and env_value(container, "VLLM_SERVER_DEV_MODE") == "1":
+        return ADMIN
+    return INFERENCE
+
+
+def _triton_dynamic_loading(args: list[str]) -> bool:
+    mode = (flag_value(args, "--model-control-mode") or "none").lower()
+    return mode in ("explicit", "poll") and not has_flag(args, "--http-restricted-api")
+
+
+def _authenticated(container: Container, server: str) -> bool:
+    if server == TORCHSERVE:
+        disabled = has_flag(argv(container), "--disable-token-auth") or truthy(
+            env_value(container, "TS_DISABLE_TOKEN_AUTHORIZATION")
+        )
+        return not disabled and _torchserve_has_token_auth(image_tag(container.image))
+    if server == RAY:
+        return (env_value(container, "RAY_AUTH_MODE") or "").lower() == "token"
+    return False
+
+
+def _torchserve_has_token_auth(tag: str) -> bool:
+    """Token authorization is on by default from TorchServe 0.11.0; unknown tags are not."""
+    parts = tag.split("-", 1)[0].split(".")
+    try:
+        version: Sequence[int] = [int(p) for p in parts[:2]]
+    except ValueError:
+        return False
+    return len(version) == 2 and tuple(version) >= (0, 11)
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None

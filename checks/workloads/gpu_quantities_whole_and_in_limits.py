@@ -1,0 +1,97 @@
+from collections.abc import Iterator
+from decimal import Decimal
+
+from gpu_audit.api import (
+    WORKLOAD_TYPES,
+    Category,
+    QuantityError,
+    Result,
+    Severity,
+    Snapshot,
+    check,
+    failed,
+    format_quantity,
+    is_extended_resource,
+    parse_quantity,
+    passed,
+    pod_templates,
+)
+
+
+@check(
+    id="GPU-WL-001",
+    title="GPU quantities are whole numbers, set in limits, and equal to the request",
+    category=Category.WORKLOADS,
+    severity=Severity.HIGH,
+    requires=(WORKLOAD_TYPES,),
+    rationale="""
+        GPUs are an extended resource: the API server accepts only integers, requires a limit,
+        and requires the request to equal the limit when both are given. Anything else is
+        rejected at admission; for controllers the error shows up only as a FailedCreate event,
+        so the Deployment or Job silently never gets a pod.
+    """,
+    detection="""
+        Every container and init container of every pod template: each extended resource
+        (domain-prefixed, outside kubernetes.io) whose request or limit is not a whole-number
+        quantity, has a request without a limit, or a request different from the limit.
+        Quantities are compared as Kubernetes quantities, so 1, "1" and 1000m are equal.
+    """,
+    remediation="""
+        # $kind $namespace/$name, container $container
+        resources:
+          limits:
+            $resource: $suggested   # whole number; the request defaults to the limit
+        # Need less than a GPU? Ask for a MIG slice or a time-sliced replica instead:
+        #   limits: {nvidia.com/mig-1g.10gb: 1}   or   limits: {nvidia.com/gpu.shared: 1}
+    """,
+    references=(
+        "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",
+        "https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/#extended-resources",
+    ),
+)
+def gpu_quantities_whole_and_in_limits(snapshot: Snapshot) -> Iterator[Result]:
+    for template in pod_templates(snapshot):
+        for container in template.containers():
+            names = sorted(
+                {str(k) for k in container.requests} | {str(k) for k in container.limits}
+            )
+            for resource in filter(is_extended_resource, names):
+                problem, suggested = _problem(
+                    container.requests.get(resource), container.limits.get(resource)
+                )
+                path = f"{container.path}.resources"
+                if problem:
+                    yield failed(
+                        container,
+                        f"{resource}: {problem}",
+                        path=path,
+                        fix={
+                            "container": container.name,
+                            "resource": resource,
+                            "suggested": suggested,
+                        },
+                    )
+                else:
+                    yield passed(container, f"{resource}: whole number set as a limit", path=path)
+
+
+def _problem(request: object, limit: object) -> tuple[str, str]:
+    """What is wrong ("" when nothing), and the whole number to suggest instead."""
+    parsed: dict[str, Decimal] = {}
+    for label, value in (("request", request), ("limit", limit)):
+        if value is None:
+            continue
+        try:
+            parsed[label] = parse_quantity(value)
+        except QuantityError:
+            return f"{label} {value!r} is not a valid quantity", "1"
+    for label, quantity in parsed.items():
+        if quantity % 1 != 0:
+            return f"{label} {format_quantity(quantity)} is fractional; GPUs are whole devices", "1"
+    suggested = format_quantity(parsed.get("limit", parsed.get("request", Decimal(1))))
+    if "limit" not in parsed:
+        return f"request {suggested} has no limit, which the API server rejects", suggested
+    if "request" in parsed and parsed["request"] != parsed["limit"]:
+        request_text = format_quantity(parsed["request"])
+        return f"request {request_text} differs from limit {suggested}", suggested
+    return "", suggested

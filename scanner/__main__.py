@@ -1,0 +1,3 @@
+from gpu_audit.cli import main
+
+main()

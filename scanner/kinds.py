@@ -1,0 +1,137 @@
+"""The resource types gpu-audit knows, and how an object's apiVersion/kind maps to one.
+
+A resource type is named by its kind for the built-in API groups ("Pod", "Deployment") and by
+"Kind.group" for custom resources ("ServiceMonitor.monitoring.coreos.com"), so that kinds that
+exist in several groups (Volcano's Job and batch/v1 Job; two PodGroups) never mix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BUILTIN_GROUPS = frozenset(
+    {
+        "",
+        "apps",
+        "batch",
+        "autoscaling",
+        "policy",
+        "networking.k8s.io",
+        "rbac.authorization.k8s.io",
+        "storage.k8s.io",
+        "scheduling.k8s.io",
+        "node.k8s.io",
+        "apiextensions.k8s.io",
+        "apiregistration.k8s.io",
+        "admissionregistration.k8s.io",
+        "resource.k8s.io",
+        "discovery.k8s.io",
+        "coordination.k8s.io",
+        "certificates.k8s.io",
+        "events.k8s.io",
+        "flowcontrol.apiserver.k8s.io",
+    }
+)
+
+
+def api_group(api_version: str) -> str:
+    return api_version.split("/", 1)[0] if "/" in api_version else ""
+
+
+def resource_type(api_version: str, kind: str) -> str:
+    group = api_group(api_version)
+    return kind if group in BUILTIN_GROUPS else f"{kind}.{group}"
+
+
+@dataclass(frozen=True, slots=True)
+class KindInfo:
+    """How to list a resource type from the API."""
+
+    type: str
+    group: str
+    versions: tuple[str, ...]  # preferred first
+    plural: str
+    namespaced: bool
+
+    @property
+    def kind(self) -> str:
+        return self.type.split(".", 1)[0]
+
+
+def _k(type_: str, group: str, versions: str, plural: str, namespaced: bool = True) -> KindInfo:
+    return KindInfo(type_, group, tuple(versions.split()), plural, namespaced)
+
+
+KNOWN_KINDS: dict[str, KindInfo] = {
+    info.type: info
+    for info in (
+        _k("Node", "", "v1", "nodes", namespaced=False),
+        _k("Namespace", "", "v1", "namespaces", namespaced=False),
+        _k("Pod", "", "v1", "pods"),
+        _k("Service", "", "v1", "services"),
+        _k("ConfigMap", "", "v1", "configmaps"),
+        _k("Secret", "", "v1", "secrets"),
+        _k("ServiceAccount", "", "v1", "serviceaccounts"),
+        _k("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims"),
+        _k("PersistentVolume", "", "v1", "persistentvolumes", namespaced=False),
+        _k("ResourceQuota", "", "v1", "resourcequotas"),
+        _k("LimitRange", "", "v1", "limitranges"),
+        _k("Event", "", "v1", "events"),
+        _k("ReplicationController", "", "v1", "replicationcontrollers"),
+        _k("Deployment", "apps", "v1", "deployments"),
+        _k("StatefulSet", "apps", "v1", "statefulsets"),
+        _k("DaemonSet", "apps", "v1", "daemonsets"),
+        _k("ReplicaSet", "apps", "v1", "replicasets"),
+        _k("Job", "batch", "v1", "jobs"),
+        _k("CronJob", "batch", "v1", "cronjobs"),
+        _k("HorizontalPodAutoscaler", "autoscaling", "v2", "horizontalpodautoscalers"),
+        _k("NetworkPolicy", "networking.k8s.io", "v1", "networkpolicies"),
+        _k("StorageClass", "storage.k8s.io", "v1", "storageclasses", namespaced=False),
+        _k("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", namespaced=False),
+        _k("RuntimeClass", "node.k8s.io", "v1", "runtimeclasses", namespaced=False),
+        _k("ResourceSlice", "resource.k8s.io", "v1 v1beta2 v1beta1", "resourceslices", False),
+        _k("DeviceClass", "resource.k8s.io", "v1 v1beta2 v1beta1", "deviceclasses", False),
+        _k("APIService", "apiregistration.k8s.io", "v1", "apiservices", namespaced=False),
+        _k(
+            "CustomResourceDefinition",
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            namespaced=False,
+        ),
+        _k("ClusterPolicy.nvidia.com", "nvidia.com", "v1", "clusterpolicies", namespaced=False),
+        _k("NVIDIADriver.nvidia.com", "nvidia.com", "v1alpha1", "nvidiadrivers", namespaced=False),
+        _k(
+            "ServiceMonitor.monitoring.coreos.com", "monitoring.coreos.com", "v1", "servicemonitors"
+        ),
+        _k("PodMonitor.monitoring.coreos.com", "monitoring.coreos.com", "v1", "podmonitors"),
+        _k("Prometheus.monitoring.coreos.com", "monitoring.coreos.com", "v1", "prometheuses"),
+        _k("ScaledObject.keda.sh", "keda.sh", "v1alpha1", "scaledobjects"),
+        _k("Job.batch.volcano.sh", "batch.volcano.sh", "v1alpha1", "jobs"),
+        _k("PodGroup.scheduling.volcano.sh", "scheduling.volcano.sh", "v1beta1", "podgroups"),
+        _k("Queue.scheduling.volcano.sh", "scheduling.volcano.sh", "v1beta1", "queues", False),
+        _k("PodGroup.scheduling.x-k8s.io", "scheduling.x-k8s.io", "v1alpha1", "podgroups"),
+        _k("ClusterQueue.kueue.x-k8s.io", "kueue.x-k8s.io", "v1beta1", "clusterqueues", False),
+        _k("LocalQueue.kueue.x-k8s.io", "kueue.x-k8s.io", "v1beta1", "localqueues"),
+        _k("ResourceFlavor.kueue.x-k8s.io", "kueue.x-k8s.io", "v1beta1", "resourceflavors", False),
+        _k("PyTorchJob.kubeflow.org", "kubeflow.org", "v1", "pytorchjobs"),
+        _k("MPIJob.kubeflow.org", "kubeflow.org", "v2beta1", "mpijobs"),
+        _k("TrainJob.trainer.kubeflow.org", "trainer.kubeflow.org", "v1alpha1", "trainjobs"),
+        _k(
+            "ClusterTrainingRuntime.trainer.kubeflow.org",
+            "trainer.kubeflow.org",
+            "v1alpha1",
+            "clustertrainingruntimes",
+            namespaced=False,
+        ),
+        _k(
+            "InferenceService.serving.kserve.io",
+            "serving.kserve.io",
+            "v1beta1",
+            "inferenceservices",
+        ),
+        _k("ServingRuntime.serving.kserve.io", "serving.kserve.io", "v1alpha1", "servingruntimes"),
+        _k("NodePool.karpenter.sh", "karpenter.sh", "v1", "nodepools", namespaced=False),
+        _k("NodeClaim.karpenter.sh", "karpenter.sh", "v1", "nodeclaims", namespaced=False),
+    )
+}

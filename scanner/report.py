@@ -1,0 +1,199 @@
+"""The report document: the one model every renderer reads (JSON is its canonical form).
+
+Renderers receive this plain, JSON-shaped dict, whether it was just computed or read back from a
+saved report, so no renderer can know or care where the data came from.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpu_audit import __version__
+from gpu_audit.engine import CheckRun, Finding
+from gpu_audit.errors import InputError
+from gpu_audit.model import CheckStatus, ObjRef, Outcome, Severity
+from gpu_audit.scoring import Score, category_scores, coverage, namespace_scores, overall_score
+from gpu_audit.snapshot import Snapshot
+
+SCHEMA_VERSION = "1.0"
+SCHEMA_FILE = Path(__file__).parent / "schema" / "report.schema.json"
+Document = dict[str, Any]
+
+
+def _score(score: Score) -> dict[str, Any]:
+    return {
+        "score": score.value,
+        "grade": score.grade,
+        "capped_by": score.capped_by,
+        "checks_passed": score.checks_passed,
+        "checks_failed": score.checks_failed,
+    }
+
+
+def _resource(snapshot: Snapshot, ref: ObjRef) -> dict[str, Any]:
+    found = snapshot.get(ref.kind, ref.namespace, ref.name)
+    return {
+        "type": ref.kind,
+        "kind": ref.kind.split(".", 1)[0],
+        "api_version": found.api_version if found else None,
+        "namespace": ref.namespace or None,
+        "name": ref.name,
+        "source": (
+            {"file": found.source.file, "document": found.source.document + 1}
+            if found is not None and found.source.file
+            else None
+        ),
+    }
+
+
+def _finding(snapshot: Snapshot, run: CheckRun, finding: Finding) -> dict[str, Any]:
+    result = finding.result
+    return {
+        "check_id": run.check.id,
+        "title": run.check.title,
+        "severity": finding.severity.value,
+        "category": run.check.category.value,
+        "resource": _resource(snapshot, result.ref),
+        "message": result.message,
+        "path": result.path,
+        "remediation": finding.remediation,
+    }
+
+
+def _finding_order(item: Mapping[str, Any]) -> tuple[Any, ...]:
+    res = item["resource"]
+    return (
+        -Severity(item["severity"]).rank,
+        item["check_id"],
+        res["type"],
+        res["namespace"] or "",
+        res["name"],
+        item["path"],
+        item["message"],
+    )
+
+
+def _check(run: CheckRun) -> dict[str, Any]:
+    c = run.check
+    return {
+        "id": c.id,
+        "title": c.title,
+        "category": c.category.value,
+        "severity": c.severity.value,
+        "status": run.status.value,
+        "reason": run.reason or None,
+        "applicable": run.applicable,
+        "results": {"passed": run.passed_count, "failed": run.failed_count},
+        "rationale": c.rationale,
+        "detection": c.detection,
+        "references": list(c.references),
+        "origin": c.origin,
+    }
+
+
+def timestamp_from_epoch(epoch: str | None) -> str | None:
+    """SOURCE_DATE_EPOCH (seconds) as an RFC 3339 UTC time; None keeps reports reproducible."""
+    if not epoch:
+        return None
+    try:
+        seconds = int(epoch)
+    except ValueError:
+        raise InputError(
+            [f"SOURCE_DATE_EPOCH={epoch!r} is not a whole number of seconds"]
+        ) from None
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def build_report(
+    snapshot: Snapshot, runs: Sequence[CheckRun], *, generated_at: str | None = None
+) -> Document:
+    overall = overall_score(runs)
+    cov = coverage(runs)
+    findings = sorted(
+        (_finding(snapshot, run, f) for run in runs for f in run.findings), key=_finding_order
+    )
+    by_severity = Counter(f["severity"] for f in findings)
+    statuses = Counter(r.status.value for r in runs)
+    results = Counter(res.outcome for run in runs for res in run.results)
+    source = snapshot.source
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "gpu-audit", "version": __version__},
+        "generated_at": generated_at,
+        "source": {
+            "type": source.kind,
+            "inputs": list(source.inputs),
+            "details": dict(source.details),
+            "objects": len(snapshot),
+            "types": {t: snapshot.count(t) for t in snapshot.types},
+            "warnings": list(source.warnings),
+            "gaps": [{"type": g.type, "reason": g.reason} for g in snapshot.gaps],
+        },
+        "score": {
+            "overall": overall.value,
+            "grade": overall.grade,
+            "capped_by": overall.capped_by,
+            "categories": [
+                {"category": cat.value, "title": cat.title, **_score(s)}
+                for cat, s in category_scores(runs).items()
+            ],
+            "namespaces": [
+                {"namespace": ns or None, **_score(s)} for ns, s in namespace_scores(runs).items()
+            ],
+        },
+        "coverage": {
+            "enabled": cov.enabled,
+            "evaluated": cov.evaluated,
+            "not_applicable": cov.not_applicable,
+            "not_evaluated": cov.not_evaluated,
+            "errors": cov.errors,
+            "ratio": cov.ratio,
+        },
+        "summary": {
+            "findings": len(findings),
+            "by_severity": {s.value: by_severity.get(s.value, 0) for s in Severity},
+            "checks": {s.value: statuses.get(s.value, 0) for s in CheckStatus},
+            "results": {
+                "passed": results.get(Outcome.PASS, 0),
+                "failed": results.get(Outcome.FAIL, 0),
+            },
+        },
+        "complete": not snapshot.gaps and cov.errors == 0,
+        "checks": [_check(r) for r in runs],
+        "findings": findings,
+    }
+
+
+def dumps(document: Mapping[str, Any]) -> str:
+    """The canonical JSON text: sorted keys, fixed indentation, a final newline."""
+    return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def load_report(path: str) -> Document:
+    """Read a saved JSON report back, refusing files that are not gpu-audit reports."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError([f"{path}: cannot read: {exc.strerror}"]) from None
+    except UnicodeDecodeError:
+        raise InputError([f"{path}: not UTF-8 text"]) from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError([f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}"]) from None
+    if not isinstance(document, dict) or "schema_version" not in document:
+        raise InputError([f"{path}: not a gpu-audit JSON report (no schema_version)"])
+    major = str(document["schema_version"]).split(".", 1)[0]
+    if major != SCHEMA_VERSION.split(".", 1)[0]:
+        raise InputError(
+            [
+                f"{path}: report schema {document['schema_version']} is not readable by "
+                f"this gpu-audit (schema {SCHEMA_VERSION})"
+            ]
+        )
+    return document

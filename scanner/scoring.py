@@ -1,0 +1,120 @@
+"""Scores, grades and coverage: pure functions of the check runs.
+
+The score is computed per check, not per object: a check passes when none of its results
+failed, and each evaluated check weighs by its severity. A thousand compliant pods therefore
+cannot dilute one critical failure, and a critical failure also caps the grade (README, Scoring).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gpu_audit.engine import CheckRun
+from gpu_audit.model import Category, CheckStatus, Outcome, Severity
+
+GRADE_BANDS = ((90.0, "A"), (80.0, "B"), (70.0, "C"), (60.0, "D"), (0.0, "F"))
+# The best grade a scan can get while a check of this severity fails.
+GRADE_CAP = {Severity.CRITICAL: "D", Severity.HIGH: "B"}
+CLUSTER_SCOPE = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    value: float | None  # 0-100, None when nothing with a weight was evaluated
+    grade: str | None
+    checks_passed: int
+    checks_failed: int
+    capped_by: str | None = None  # the severity whose failure capped the grade
+
+
+@dataclass(frozen=True, slots=True)
+class Coverage:
+    enabled: int
+    evaluated: int
+    not_applicable: int
+    not_evaluated: int
+    errors: int
+
+    @property
+    def ratio(self) -> float | None:
+        """Evaluated checks out of those that could apply (not-applicable ones excluded)."""
+        relevant = self.enabled - self.not_applicable
+        return None if relevant == 0 else round(self.evaluated / relevant, 4)
+
+
+def grade_for(value: float) -> str:
+    return next(letter for floor, letter in GRADE_BANDS if value >= floor)
+
+
+def _worse(a: str, b: str) -> str:
+    return max(a, b)  # letters sort A < B < ... < F
+
+
+def score_verdicts(verdicts: Iterable[tuple[Severity, bool]]) -> Score:
+    """Score from (severity, passed) per evaluated check."""
+    total = passed_weight = 0
+    passed = failed = 0
+    worst_failed: Severity | None = None
+    for severity, ok in verdicts:
+        total += severity.weight
+        if ok:
+            passed += 1
+            passed_weight += severity.weight
+        else:
+            failed += 1
+            if worst_failed is None or severity.rank > worst_failed.rank:
+                worst_failed = severity
+    if total == 0:
+        return Score(None, None, passed, failed)
+    value = round(100.0 * passed_weight / total, 1)
+    grade = grade_for(value)
+    cap = GRADE_CAP.get(worst_failed) if worst_failed else None
+    if cap and _worse(grade, cap) != grade:
+        return Score(value, cap, passed, failed, worst_failed.value if worst_failed else None)
+    return Score(value, grade, passed, failed)
+
+
+def _evaluated(runs: Sequence[CheckRun]) -> list[CheckRun]:
+    return [r for r in runs if r.status in (CheckStatus.PASSED, CheckStatus.FAILED)]
+
+
+def overall_score(runs: Sequence[CheckRun]) -> Score:
+    return score_verdicts(
+        (r.check.severity, r.status is CheckStatus.PASSED) for r in _evaluated(runs)
+    )
+
+
+def category_scores(runs: Sequence[CheckRun]) -> dict[Category, Score]:
+    by_category: dict[Category, list[CheckRun]] = defaultdict(list)
+    for run in runs:
+        by_category[run.check.category].append(run)
+    return {c: overall_score(by_category[c]) for c in Category if c in by_category}
+
+
+def namespace_scores(runs: Sequence[CheckRun]) -> dict[str, Score]:
+    """Per namespace ("" = cluster-scoped objects): a check passes in a namespace when none
+    of its results there failed."""
+    verdicts: dict[str, dict[str, tuple[Severity, bool]]] = defaultdict(dict)
+    for run in _evaluated(runs):
+        outcome_by_ns: dict[str, bool] = {}
+        for result in run.results:
+            ns = result.ref.namespace
+            ok = result.outcome is Outcome.PASS
+            outcome_by_ns[ns] = outcome_by_ns.get(ns, True) and ok
+        for ns, ok in outcome_by_ns.items():
+            verdicts[ns][run.check.id] = (run.check.severity, ok)
+    return {ns: score_verdicts(verdicts[ns].values()) for ns in sorted(verdicts)}
+
+
+def coverage(runs: Sequence[CheckRun]) -> Coverage:
+    statuses = [r.status for r in runs]
+    not_applicable = sum(1 for r in runs if not r.applicable)
+    return Coverage(
+        enabled=len(runs),
+        evaluated=len(_evaluated(runs)),
+        not_applicable=not_applicable,
+        not_evaluated=statuses.count(CheckStatus.NOT_EVALUATED) - not_applicable,
+        errors=statuses.count(CheckStatus.ERROR),
+    )

@@ -1,0 +1,99 @@
+"""The immutable snapshot every check reads: objects indexed by type, name and labels."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from gpu_audit.model import ObjRef, Resource
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionGap:
+    """A resource type the source could not provide, and why ("forbidden: list pods")."""
+
+    type: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """What the snapshot was read from. Renderers show it; checks never look at it."""
+
+    kind: str  # "files" or "live"
+    inputs: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Snapshot:
+    """All objects of one scan, sorted, with indexes built once.
+
+    `available` is the set of resource types the source could speak for: for files, the
+    types that occur in them; for a live cluster, every type that was listed successfully,
+    even when the list was empty. A check whose inputs are not available is not evaluated.
+    """
+
+    __slots__ = ("_by_labels", "_by_ref", "_by_type", "_by_type_ns", "available", "gaps", "source")
+
+    def __init__(
+        self,
+        resources: Iterable[Resource],
+        *,
+        available: Iterable[str] | None = None,
+        gaps: Iterable[CollectionGap] = (),
+        source: SourceInfo | None = None,
+    ) -> None:
+        ordered = sorted(resources, key=lambda r: r.ref.sort_key)
+        by_type: dict[str, list[Resource]] = defaultdict(list)
+        by_type_ns: dict[tuple[str, str], list[Resource]] = defaultdict(list)
+        by_ref: dict[ObjRef, Resource] = {}
+        by_labels: dict[tuple[str, str, str], list[Resource]] = defaultdict(list)
+        for resource in ordered:
+            by_ref.setdefault(resource.ref, resource)
+            by_type[resource.ref.kind].append(resource)
+            by_type_ns[(resource.ref.kind, resource.ref.namespace)].append(resource)
+            for key, value in resource.labels.items():
+                by_labels[(resource.ref.kind, key, value)].append(resource)
+        self._by_type = MappingProxyType({k: tuple(v) for k, v in by_type.items()})
+        self._by_type_ns = MappingProxyType({k: tuple(v) for k, v in by_type_ns.items()})
+        self._by_ref = MappingProxyType(by_ref)
+        self._by_labels = MappingProxyType({k: tuple(v) for k, v in by_labels.items()})
+        self.gaps: tuple[CollectionGap, ...] = tuple(sorted(gaps, key=lambda g: g.type))
+        present = set(self._by_type) if available is None else set(available)
+        self.available: frozenset[str] = frozenset(present - {g.type for g in self.gaps})
+        self.source = source or SourceInfo(kind="files")
+
+    def __len__(self) -> int:
+        return len(self._by_ref)
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return tuple(sorted(self._by_type))
+
+    def count(self, type_: str) -> int:
+        return len(self._by_type.get(type_, ()))
+
+    def all(self) -> tuple[Resource, ...]:
+        return tuple(r for t in self.types for r in self._by_type[t])
+
+    def of(self, *types: str) -> tuple[Resource, ...]:
+        """Every object of the given types, in type then namespace/name order."""
+        if len(types) == 1:
+            return self._by_type.get(types[0], ())
+        return tuple(r for t in types for r in self._by_type.get(t, ()))
+
+    def in_namespace(self, type_: str, namespace: str) -> tuple[Resource, ...]:
+        return self._by_type_ns.get((type_, namespace), ())
+
+    def get(self, type_: str, namespace: str, name: str) -> Resource | None:
+        return self._by_ref.get(ObjRef(type_, namespace, name))
+
+    def with_label(self, type_: str, key: str, value: str) -> tuple[Resource, ...]:
+        return self._by_labels.get((type_, key, value), ())
+
+    def has(self, type_: str) -> bool:
+        return type_ in self.available

@@ -1,0 +1,168 @@
+"""Offline input: files, directories, multi-document YAML, JSON, `kind: List` dumps, stdin.
+
+Every problem is collected with the file and document it is in, and all of them are reported
+at once; a loader that stopped at the first bad document would make users fix one at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from gpu_audit.errors import InputError
+from gpu_audit.kinds import KNOWN_KINDS, resource_type
+from gpu_audit.model import ObjRef, Resource, SourceLocation
+from gpu_audit.redact import sanitize
+from gpu_audit.snapshot import Snapshot, SourceInfo
+
+SUFFIXES = (".yaml", ".yml", ".json")
+STDIN = "-"
+
+# libyaml's loader is several times faster; PyYAML built without it falls back to Python.
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass
+class _Collected:
+    resources: dict[ObjRef, Resource] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def expand_paths(paths: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Files to read, in order, and problems with the given paths. Directories are walked
+    in sorted order; hidden files and folders inside them are skipped."""
+    files: list[str] = []
+    problems: list[str] = []
+    for raw in paths:
+        if raw == STDIN:
+            files.append(STDIN)
+            continue
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file()
+                and p.suffix.lower() in SUFFIXES
+                and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            )
+            if not found:
+                problems.append(f"{raw}: directory has no .yaml, .yml or .json files")
+            files.extend(str(p) for p in found)
+        elif path.is_file():
+            files.append(raw)
+        elif path.exists():
+            problems.append(f"{raw}: not a regular file or directory")
+        else:
+            problems.append(f"{raw}: no such file or directory")
+    return files, problems
+
+
+def _documents(name: str, text: str) -> Iterator[tuple[int, Any]]:
+    stripped = text.lstrip()
+    if name.lower().endswith(".json") or stripped.startswith(("{", "[")):
+        try:
+            yield 0, json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(
+                [f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"]
+            ) from None
+        return
+    index = -1
+    try:
+        for index, document in enumerate(yaml.load_all(text, Loader=_Loader)):
+            yield index, document
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise InputError(
+            [f"{name}: document {index + 2}: invalid YAML{where}: {problem}"]
+        ) from None
+
+
+def _describe(name: str, doc: int, item: int | None) -> str:
+    where = f"{name}: document {doc + 1}"
+    return where if item is None else f"{where}, item {item + 1}"
+
+
+def _add_object(out: _Collected, obj: Any, name: str, doc: int, item: int | None) -> None:
+    where = _describe(name, doc, item)
+    if not isinstance(obj, dict):
+        out.problems.append(f"{where}: is a {type(obj).__name__}, not a Kubernetes object")
+        return
+    kind, api_version = obj.get("kind"), obj.get("apiVersion")
+    if not isinstance(kind, str) or not kind:
+        out.problems.append(f"{where}: missing kind")
+        return
+    if item is None and kind.endswith("List") and "items" in obj:
+        items = obj["items"]
+        if not isinstance(items, list):
+            out.problems.append(f"{where}: {kind}.items is a {type(items).__name__}, not a list")
+            return
+        for index, child in enumerate(items):
+            _add_object(out, child, name, doc, index)
+        return
+    if not isinstance(api_version, str) or not api_version:
+        out.problems.append(f"{where}: {kind} has no apiVersion")
+        return
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        out.problems.append(f"{where}: {kind} has no metadata")
+        return
+    obj_name = metadata.get("name") or metadata.get("generateName")
+    if not isinstance(obj_name, str) or not obj_name:
+        out.problems.append(f"{where}: {kind} has no metadata.name")
+        return
+    type_ = resource_type(api_version, kind)
+    info = KNOWN_KINDS.get(type_)
+    namespace = metadata.get("namespace")
+    if info is not None and not info.namespaced:
+        namespace = ""
+    elif not isinstance(namespace, str) or not namespace:
+        # kubectl and Helm put namespaced objects without a namespace into the current one.
+        namespace = "default" if info is not None else ""
+    ref = ObjRef(type_, namespace, obj_name)
+    resource = Resource(ref, api_version, sanitize(obj), SourceLocation(name, doc))
+    first = out.resources.get(ref)
+    if first is not None:
+        out.warnings.append(f"{where}: {ref} also in {first.source}; the first one is used")
+        return
+    out.resources[ref] = resource
+
+
+def _read(name: str, stdin: IO[str] | None) -> str:
+    if name == STDIN:
+        stream = stdin if stdin is not None else sys.stdin
+        return stream.read()
+    try:
+        return Path(name).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError([f"{name}: not UTF-8 text (byte {exc.start})"]) from None
+    except OSError as exc:
+        raise InputError([f"{name}: cannot read: {exc.strerror}"]) from None
+
+
+def load_files(paths: Sequence[str], stdin: IO[str] | None = None) -> Snapshot:
+    """Read every path into one snapshot. Raises InputError listing every problem found."""
+    files, problems = expand_paths(paths)
+    out = _Collected(problems=problems)
+    for name in files:
+        display = "<stdin>" if name == STDIN else name
+        try:
+            for doc, document in _documents(display, _read(name, stdin)):
+                if document is not None:  # an empty document between two `---`
+                    _add_object(out, document, display, doc, None)
+        except InputError as exc:
+            out.problems.extend(exc.problems)
+    if out.problems:
+        raise InputError(out.problems)
+    inputs = tuple("<stdin>" if p == STDIN else p for p in paths)
+    return Snapshot(out.resources.values(), source=SourceInfo("files", inputs, tuple(out.warnings)))

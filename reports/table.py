@@ -27,6 +27,11 @@ def _where(resource: Mapping[str, Any]) -> str:
     )
 
 
+def _without_subject(message: str, subject: str) -> str:
+    """Messages start with the object they are about; the OBJECT column already says it."""
+    return message[len(subject) :].lstrip() if message.startswith(subject + " ") else message
+
+
 def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:.0f}%"
 

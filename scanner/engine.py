@@ -63,7 +63,7 @@ def missing_inputs(check: Check, snapshot: Snapshot) -> str:
 
 def render_remediation(check: Check, result: Result) -> str:
     values = {
-        "kind": result.ref.kind.split(".", 1)[0],
+        "kind": result.ref.kind_name,
         "namespace": result.ref.namespace or "default",
         "name": result.ref.name,
         **result.fix,

@@ -133,10 +133,15 @@ class ObjRef:
     def sort_key(self) -> tuple[str, str, str]:
         return (self.kind, self.namespace, self.name)
 
+    @property
+    def kind_name(self) -> str:
+        """The bare kind ("ServiceMonitor" for "ServiceMonitor.monitoring.coreos.com")."""
+        return self.kind.split(".", 1)[0]
+
     def __str__(self) -> str:
         if self.namespace:
-            return f"{self.kind} {self.namespace}/{self.name}"
-        return f"{self.kind} {self.name}"
+            return f"{self.kind_name} {self.namespace}/{self.name}"
+        return f"{self.kind_name} {self.name}"
 
 
 class Outcome(Enum):

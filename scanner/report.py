@@ -39,7 +39,7 @@ def _resource(snapshot: Snapshot, ref: ObjRef) -> dict[str, Any]:
     found = snapshot.get(ref.kind, ref.namespace, ref.name)
     return {
         "type": ref.kind,
-        "kind": ref.kind.split(".", 1)[0],
+        "kind": ref.kind_name,
         "api_version": found.api_version if found else None,
         "namespace": ref.namespace or None,
         "name": ref.name,

@@ -65,7 +65,7 @@ from ._common import (
         kind: ServiceMonitor
         metadata:
           name: $name
-          namespace: $namespace
+          namespace: $monitor_namespace
         spec:
           namespaceSelector:
             matchNames: $namespaces
@@ -75,8 +75,8 @@ from ._common import (
             - port: $port   # a Service.spec.ports[].name; keep your other endpoint settings
     """,
     references=(
-        "https://prometheus-operator.dev/docs/api-reference/api/#monitoring.coreos.com/v1.Endpoint",
-        "https://prometheus-operator.dev/docs/developer/getting-started/",
+        "https://github.com/prometheus-operator/prometheus-operator/blob/main/Documentation/api.md",
+        "https://docs.okd.io/latest/rest_api/monitoring_apis/servicemonitor-monitoring-coreos-com-v1.html",
         "https://github.com/NVIDIA/gpu-operator/blob/main/assets/state-dcgm-exporter/0400_service.yaml",
     ),
 )
@@ -115,6 +115,7 @@ def _names(services: Sequence[Resource]) -> str:
 def _diagnose(snapshot: Snapshot, monitor: Resource, scope: Scope) -> Iterator[Result]:
     selector = as_mapping(monitor.spec.get("selector"))
     covered = describe_namespaces(scope.namespaces)
+    home = monitor.ref.namespace
     elsewhere = select(snapshot, "Service", None, selector)
     pods = [
         t
@@ -129,6 +130,10 @@ def _diagnose(snapshot: Snapshot, monitor: Resource, scope: Scope) -> Iterator[R
             f"({covered}){_suffix(scope)}"
         )
         advice = "cover the namespace of the matching Service"
+        if scope.why:
+            # namespaceSelector is ignored there: the monitor has to live next to the Service
+            advice = f"move the ServiceMonitor to {namespaces[0]}; {scope.why}"
+            home = namespaces[0]
     elif pods:
         namespaces = sorted({t.owner.ref.namespace for t in pods})
         message = (
@@ -136,9 +141,7 @@ def _diagnose(snapshot: Snapshot, monitor: Resource, scope: Scope) -> Iterator[R
             "ServiceMonitors select Services"
         )
         advice = "put these labels on the Service metadata.labels, or use a PodMonitor"
-    elif any(
-        covers(scope.namespaces, s.ref.namespace) for s in snapshot.of("Service")
-    ) and not (scope.namespaces is None and not selector):
+    elif any(covers(scope.namespaces, s.ref.namespace) for s in snapshot.of("Service")):
         namespaces = sorted(scope.namespaces or {monitor.ref.namespace})
         message = f"selector matches no Service in {covered}{_suffix(scope)}"
         advice = "match the labels of the Service that exposes the metrics port"
@@ -148,7 +151,7 @@ def _diagnose(snapshot: Snapshot, monitor: Resource, scope: Scope) -> Iterator[R
         monitor,
         message,
         path="spec.selector",
-        fix=_fix(monitor, advice, namespaces, _first_port(monitor)),
+        fix=_fix(monitor, advice, namespaces, _first_port(monitor), home),
     )
 
 
@@ -171,7 +174,7 @@ def _endpoint_results(
                 problem,
                 path=path,
                 severity=Severity.LOW if problem.startswith("endpoint names neither") else None,
-                fix=_fix(monitor, advice, namespaces, suggestion),
+                fix=_fix(monitor, advice, namespaces, suggestion, monitor.ref.namespace),
             )
         else:
             yield passed(monitor, f"endpoint {index} resolves to a Service port", path=path)
@@ -183,7 +186,7 @@ def _endpoint_problem(
     services: Sequence[Resource],
     available: Sequence[str],
 ) -> str | None:
-    """"" when the endpoint resolves, the problem otherwise, None when it cannot be judged."""
+    """ "" when the endpoint resolves, the problem otherwise, None when it cannot be judged."""
     port = endpoint.get("port")
     target = endpoint.get("targetPort")
     if port not in (None, ""):
@@ -212,11 +215,12 @@ def _first_port(monitor: Resource) -> str:
 
 
 def _fix(
-    monitor: Resource, advice: str, namespaces: Sequence[str], port: str
+    monitor: Resource, advice: str, namespaces: Sequence[str], port: str, home: str
 ) -> dict[str, str]:
     labels = as_mapping(as_mapping(monitor.spec.get("selector")).get("matchLabels"))
     return {
         "advice": advice.replace("\n", " "),
+        "monitor_namespace": home,
         "namespaces": json.dumps(list(namespaces)),
         "labels": json.dumps({str(k): str(v) for k, v in labels.items()}),
         "port": json.dumps(port),

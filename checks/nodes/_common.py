@@ -18,6 +18,8 @@ from gpu_audit.api import (
     as_mapping,
     is_gpu_node,
     is_gpu_resource,
+    node_is_ready,
+    node_taints,
     parse_quantity,
     str_map,
 )
@@ -73,7 +75,9 @@ def is_transient_taint(taint: Taint) -> bool:
     return taint.key.startswith(_TRANSIENT_TAINT_PREFIXES) or taint.key in _TRANSIENT_TAINT_KEYS
 
 
-def dedicating_taints(taints: Sequence[Taint], effects: Sequence[str] = HARD_EFFECTS) -> list[Taint]:
+def dedicating_taints(
+    taints: Sequence[Taint], effects: Sequence[str] = HARD_EFFECTS
+) -> list[Taint]:
     """Taints with one of `effects` that keep ordinary pods off for good (not lifecycle ones)."""
     return [t for t in taints if t.effect in effects and not is_transient_taint(t)]
 
@@ -148,12 +152,16 @@ def nodepool_requirements(nodepool: Resource) -> list[Mapping[str, Any]]:
 
 
 def nodepool_template_labels(nodepool: Resource) -> dict[str, str]:
-    return str_map(as_mapping(as_mapping(nodepool.spec.get("template")).get("metadata")).get("labels"))
+    return str_map(
+        as_mapping(as_mapping(nodepool.spec.get("template")).get("metadata")).get("labels")
+    )
 
 
 def nodepool_taints(nodepool: Resource) -> tuple[Taint, ...]:
     """Permanent taints only: startupTaints are removed after boot and need no toleration."""
-    return raw_taints(as_mapping(as_mapping(nodepool.spec.get("template")).get("spec")).get("taints"))
+    return raw_taints(
+        as_mapping(as_mapping(nodepool.spec.get("template")).get("spec")).get("taints")
+    )
 
 
 def _requirement_scope(req: Mapping[str, Any]) -> GpuScope:
@@ -211,3 +219,33 @@ def nodepool_gpu_scope(nodepool: Resource) -> GpuScope:
     if "none" in scopes:
         return "none"
     return "only" if "only" in scopes else "maybe"
+
+
+# --------------------------------------------------------------------------- node state
+
+# Taints a node carries while it is still joining; its device plugin has not registered yet.
+_BOOTSTRAP_TAINTS = frozenset(
+    {
+        "node.cloudprovider.kubernetes.io/uninitialized",
+        "node.kubernetes.io/not-ready",
+        "karpenter.sh/unregistered",
+    }
+)
+
+
+def is_bootstrapping(node: Resource) -> bool:
+    """NotReady, or still carrying a join-time taint. Checks have no clock, so this replaces
+    the catalogue's "younger than N minutes" guards."""
+    if node_is_ready(node) is False:
+        return True
+    return any(t.key in _BOOTSTRAP_TAINTS for t in node_taints(node))
+
+
+def dra_gpu_nodes(snapshot: Snapshot) -> frozenset[str]:
+    """Nodes whose GPUs the NVIDIA DRA driver publishes (not its ComputeDomain slices)."""
+    names: set[str] = set()
+    for slice_ in snapshot.of("ResourceSlice"):
+        spec = slice_.spec
+        if spec.get("driver") == "gpu.nvidia.com" and as_list(spec.get("devices")):
+            names.add(str(spec.get("nodeName", "")))
+    return frozenset(names)

@@ -40,17 +40,15 @@ _REPO_NAMES: dict[str, str] = {
     "ollama": OLLAMA,
 }
 
-_COMMAND_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"(^|[\s/])tritonserver(\s|$)"), TRITON),
-    (re.compile(r"(^|[\s/])torchserve(\s|$)"), TORCHSERVE),
-    (re.compile(r"(^|[\s/])vllm\s+serve(\s|$)|vllm\.entrypoints"), VLLM),
-    (re.compile(r"text-generation-launcher"), TGI),
-    (re.compile(r"sglang\.launch_server"), SGLANG),
+_COMMAND_RULES: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (re.compile(r"(^|[\s/])tritonserver(\s|$)"), TRITON, "tritonserver"),
+    (re.compile(r"(^|[\s/])torchserve(\s|$)"), TORCHSERVE, "torchserve"),
+    (re.compile(r"(^|[\s/])vllm\s+serve(\s|$)|vllm\.entrypoints"), VLLM, "vllm serve"),
+    (re.compile(r"text-generation-launcher"), TGI, "text-generation-launcher"),
+    (re.compile(r"sglang\.launch_server"), SGLANG, "sglang.launch_server"),
 )
 
-MODEL_SERVERS = frozenset(
-    {TORCHSERVE, TRITON, VLLM, TGI, RAY, SGLANG, OLLAMA, NIM, KSERVE_RUNTIME}
-)
+MODEL_SERVERS = frozenset({TORCHSERVE, TRITON, VLLM, TGI, RAY, SGLANG, OLLAMA, NIM, KSERVE_RUNTIME})
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +86,7 @@ def image_tag(image: str) -> str:
 
 def argv(container: Container) -> list[str]:
     return [
-        str(a)
-        for a in as_list(container.raw.get("command")) + as_list(container.raw.get("args"))
+        str(a) for a in as_list(container.raw.get("command")) + as_list(container.raw.get("args"))
     ]
 
 
@@ -105,14 +102,16 @@ def classify(container: Container) -> ServerClass | None:
     if "kuberay" in repo:
         return ServerClass(RAY, f"image {image} matches */kuberay*")
     command = " ".join(argv(container))
-    for pattern, server in _COMMAND_RULES:
+    for pattern, server, shown in _COMMAND_RULES:
         if pattern.search(command):
-            return ServerClass(server, f"command line matches {pattern.pattern!r}")
+            return ServerClass(server, f"command line runs {shown}")
     labels = container.template.labels
     if labels.get(RAY_NODE_TYPE_LABEL) == "head" and not container.init:
         return ServerClass(RAY, f"pod labelled {RAY_NODE_TYPE_LABEL}=head")
     if container.name == "kserve-container" and KSERVE_ISVC_LABEL in labels:
-        return ServerClass(KSERVE_RUNTIME, f"kserve-container in a pod labelled {KSERVE_ISVC_LABEL}")
+        return ServerClass(
+            KSERVE_RUNTIME, f"kserve-container in a pod labelled {KSERVE_ISVC_LABEL}"
+        )
     return None
 
 

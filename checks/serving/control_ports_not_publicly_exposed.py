@@ -86,6 +86,7 @@ class _Exposure:
     number: int | None  # the container port, when known
     port_name: str  # the container port's name, "" when undeclared
     kind: str
+    why: str  # what makes an inference port an admin port, "" otherwise
 
 
 @check(
@@ -137,6 +138,7 @@ class _Exposure:
               targetPort: $target
         # Keep the public Service inference-only, behind an authenticating gateway (OIDC/mTLS),
         # and restrict it: loadBalancerSourceRanges or an internal load balancer annotation.
+        # Triton: drop --model-control-mode explicit/poll or add --http-restricted-api.
     """,
     references=(
         "https://kubernetes.io/docs/concepts/services-networking/service/",
@@ -200,9 +202,14 @@ def _finding(
         severity = _ONE_STEP_DOWN[severity]
         notes.append("load balancer is internal or source-restricted")
     owner = hit.container.template.owner.ref
-    target = hit.port_name or str(hit.number)
+    if hit.why:
+        notes.insert(0, hit.why)
+    target = str(port.get("targetPort", port.get("port", "")))
+    shown = " ".join(
+        filter(None, (str(hit.number or ""), f"({hit.port_name})" * bool(hit.port_name)))
+    )
     message = (
-        f"{exposure} publishes {hit.server.name} {hit.kind} port {target} of {owner} "
+        f"{exposure} publishes {hit.server.name} {hit.kind} port {shown} of {owner} "
         f"{hit.container.describe()}; classified by {hit.server.rule}"
     )
     if notes:
@@ -274,22 +281,25 @@ def _resolve(template: PodTemplate, target: object) -> Iterator[_Exposure]:
 def _classified(container: Container, number: int | None, name: str) -> Iterator[_Exposure]:
     server = classify(container)
     if server is not None:  # a sidecar (auth proxy, mesh) owns the port: not a model server
-        yield _Exposure(container, server, number, name, _port_kind(container, server, number, name))
+        kind, why = _port_kind(container, server, number, name)
+        yield _Exposure(container, server, number, name, kind, why)
 
 
-def _port_kind(container: Container, server: ServerClass, number: int | None, name: str) -> str:
+def _port_kind(
+    container: Container, server: ServerClass, number: int | None, name: str
+) -> tuple[str, str]:
     lowered = name.lower()
     if (number in _ADMIN_PORTS.get(server.name, ())) or any(
         word in lowered for word in ("management", "dashboard", "admin")
     ):
-        return ADMIN
+        return ADMIN, ""
     if number in _METRICS_PORTS.get(server.name, ()) or "metrics" in lowered:
-        return METRICS
+        return METRICS, ""
     if server.name == TRITON and _triton_dynamic_loading(argv(container)):
-        return ADMIN
+        return ADMIN, "--model-control-mode allows loading models (code) over this port"
     if server.name == VLLM and env_value(container, "VLLM_SERVER_DEV_MODE") == "1":
-        return ADMIN
-    return INFERENCE
+        return ADMIN, "VLLM_SERVER_DEV_MODE=1 enables the development endpoints"
+    return INFERENCE, ""
 
 
 def _triton_dynamic_loading(args: list[str]) -> bool:

@@ -30,9 +30,7 @@ _ON_BY_DEFAULT = frozenset(
 def active_cluster_policy(snapshot: Snapshot) -> Resource | None:
     """The ClusterPolicy the operator reconciles: not `ignored`, oldest first (the operator
     ignores every instance but one)."""
-    candidates = [
-        cp for cp in snapshot.of(CLUSTER_POLICY) if cp.status.get("state") != "ignored"
-    ]
+    candidates = [cp for cp in snapshot.of(CLUSTER_POLICY) if cp.status.get("state") != "ignored"]
     candidates.sort(key=lambda cp: (str(cp.metadata.get("creationTimestamp", "")), cp.ref.name))
     return candidates[0] if candidates else None
 
@@ -46,7 +44,8 @@ def component_enabled(policy: Resource, component: str) -> bool:
 
 def is_operator_owned(resource: Resource) -> bool:
     return any(
-        ref.get("kind") == "ClusterPolicy" and str(ref.get("apiVersion", "")).startswith("nvidia.com/")
+        ref.get("kind") == "ClusterPolicy"
+        and str(ref.get("apiVersion", "")).startswith("nvidia.com/")
         for ref in map(as_mapping, as_list(resource.metadata.get("ownerReferences")))
     )
 
@@ -106,7 +105,9 @@ def daemonset_runs_on(daemonset: Resource, node: Resource) -> bool:
     status = daemonset.status
     if "desiredNumberScheduled" in status and status.get("desiredNumberScheduled") == 0:
         return False
-    target = _with_labels(node, operator_node_labels(node)) if is_operator_operand(daemonset) else node
+    target = (
+        _with_labels(node, operator_node_labels(node)) if is_operator_operand(daemonset) else node
+    )
     return schedules_on(pod_spec(daemonset), target)
 
 
@@ -119,7 +120,9 @@ def containers(resource: Resource) -> tuple[Mapping[str, Any], ...]:
 
 
 def command_line(container: Mapping[str, Any]) -> str:
-    return " ".join(str(x) for x in as_list(container.get("command")) + as_list(container.get("args")))
+    return " ".join(
+        str(x) for x in as_list(container.get("command")) + as_list(container.get("args"))
+    )
 
 
 def env_value(container: Mapping[str, Any], name: str) -> str | None:

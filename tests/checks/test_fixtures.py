@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpu_audit.engine import run_check
 from gpu_audit.model import CheckStatus, Outcome
@@ -14,6 +15,21 @@ from gpu_audit.sources.files import load_files
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "checks"
 CHECKS = load_checks(plugins=False)
 CASES = sorted(FIXTURES.glob("*/*.yaml"))
+
+
+COMMANDS = ("kubectl ", "helm ")
+
+
+def assert_is_yaml_or_command(text: str) -> None:
+    """A rendered remediation is a paste-able YAML snippet or a shell command."""
+    code = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert code, f"remediation has nothing to paste:\n{text}"
+    if code[0].lstrip().startswith(COMMANDS):
+        return
+    try:
+        list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        pytest.fail(f"remediation is not valid YAML ({exc}):\n{text}")
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -29,7 +45,7 @@ def test_fixture(case: Path) -> None:
     elif case.name.startswith("fail-"):
         assert Outcome.FAIL in outcomes, [r.message for r in run.results]
         for finding in run.findings:
-            assert finding.remediation.strip()
+            assert_is_yaml_or_command(finding.remediation)
     else:
         pytest.fail(f"fixture names start with pass- or fail-: {case.name}")
 

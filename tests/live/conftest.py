@@ -15,7 +15,7 @@ Fixtures:
 * ``mint_service_account_token``: ``(namespace, name) -> token``; creates the namespace and the
   ServiceAccount if needed and mints a token with TokenRequest (no RBAC bindings are made).
 * ``kubeconfig_for_token``: ``(token) -> path`` of a kubeconfig for that bearer token.
-* ``shared_crd_names``: the ``metadata.name`` of every CRD file in ``../shared/crds``.
+* ``shared_crds`` / ``shared_crd_names``: the parsed CRDs of ``../shared/crds`` / their names.
 
 No kube-controller-manager or scheduler runs: namespaces never finish deleting, aggregated
 ClusterRoles (view/edit/admin) stay empty, Pods stay Pending unless their status is patched.
@@ -355,14 +355,30 @@ def _install_crds(req: Callable[..., tuple[int, Any]], crds: list[dict[str, Any]
 
 
 @pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+def shared_crds() -> list[dict[str, Any]]:
+    """The parsed CRDs of ../shared/crds (parsed once per session; do not mutate)."""
+    if not CRD_DIR.is_dir():
+        _unavailable(f"CRD directory {CRD_DIR} does not exist")
+    crds = crd_manifests()
+    if not crds:
+        _unavailable(f"no CustomResourceDefinition in {CRD_DIR}")
+    return crds
+
+
+@pytest.fixture(scope="session")
+def shared_crd_names(shared_crds: list[dict[str, Any]]) -> frozenset[str]:
+    """metadata.name of every CRD in ../shared/crds (all installed by control_plane)."""
+    return frozenset(str(crd["metadata"]["name"]) for crd in shared_crds)
+
+
+@pytest.fixture(scope="session")
+def control_plane(
+    tmp_path_factory: pytest.TempPathFactory, shared_crds: list[dict[str, Any]]
+) -> Iterator[ControlPlane]:
     work = tmp_path_factory.mktemp("control-plane")
     bin_dir = _find_bin_dir(work)
     if shutil.which("openssl") is None:
         _unavailable("openssl is not installed (needed for the test certificates)")
-    if not CRD_DIR.is_dir():
-        _unavailable(f"CRD directory {CRD_DIR} does not exist")
-    crds = crd_manifests()
 
     _make_certs(work)
     admin_token = secrets.token_urlsafe(32)
@@ -454,7 +470,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
                 )
             time.sleep(0.25)
 
-        _install_crds(req, crds)
+        _install_crds(req, shared_crds)
         kubeconfig = write_kubeconfig(
             work / "admin.kubeconfig", server, ca_file, admin_token, "admin"
         )
@@ -465,12 +481,6 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
             kubeconfig=kubeconfig,
             bin_dir=str(bin_dir),
         )
-
-
-@pytest.fixture(scope="session")
-def shared_crd_names() -> frozenset[str]:
-    """metadata.name of every CRD in ../shared/crds (all installed by control_plane)."""
-    return frozenset(str(crd["metadata"]["name"]) for crd in crd_manifests())
 
 
 @pytest.fixture(scope="session")

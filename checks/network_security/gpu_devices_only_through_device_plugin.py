@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gpu_audit.api import (
+    WORKLOAD_TYPES,
+    Category,
+    Container,
+    PodTemplate,
+    Resource,
+    Result,
+    Severity,
+    Snapshot,
+    as_list,
+    as_mapping,
+    check,
+    failed,
+    gpu_nodes,
+    passed,
+    pod_templates,
+    schedules_on,
+)
+
+from ._common import is_nvidia_stack
+
+# Host paths that hand a container device nodes directly: the whole /dev (or the host root,
+# which contains it), GPU, render, RDMA, ROCm and VFIO passthrough nodes.
+_DEVICE_PREFIXES = ("/dev/nvidia", "/dev/dri", "/dev/infiniband", "/dev/kfd", "/dev/vfio")
+_NO_DEVICES = ("void", "none", "")
+
+
+@check(
+    id="GPU-SEC-002",
+    title="Workloads reach GPUs only through the device plugin, not hostPath /dev mounts",
+    category=Category.NETWORK_SECURITY,
+    severity=Severity.HIGH,
+    requires=(WORKLOAD_TYPES,),
+    rationale="""
+        The device plugin is what makes GPU access accountable: the scheduler counts
+        nvidia.com/gpu, and MIG or time-slicing isolation is enforced by handing each container
+        only its devices. A hostPath mount of /dev or /dev/nvidia*, a privileged container
+        (which receives every host device node) or NVIDIA_VISIBLE_DEVICES set without a GPU
+        request bypass that: other tenants' GPUs are used silently, the scheduler's accounting
+        is wrong, and /dev also exposes disks and memory devices.
+    """,
+    detection="""
+        Every pod template except the GPU and network stack's own (a system namespace such as
+        gpu-operator or kube-system AND an NVIDIA/Mellanox/EFA component image): hostPath
+        volumes of /, /dev or under /dev/nvidia*, /dev/dri, /dev/infiniband, /dev/kfd,
+        /dev/vfio (high); privileged containers that request GPUs (high) or that can run on a
+        GPU node without requesting one (medium; when Nodes are in the input, only if the pod's
+        selectors and tolerations admit a GPU node; never for kube-system agents); a literal
+        NVIDIA_VISIBLE_DEVICES other than void/none in a container without a GPU request
+        (high). Not flagged: /dev/shm as an emptyDir, other hostPaths, NVIDIA_VISIBLE_DEVICES
+        coming from valueFrom.
+    """,
+    remediation="""
+        # $kind $namespace/$name ($where): $problem
+        # Request devices through the scheduler instead:
+        resources:
+          limits:
+            nvidia.com/gpu: 1   # or a MIG slice / DRA ResourceClaim; RDMA via its device plugin
+        securityContext:
+          privileged: false
+          allowPrivilegeEscalation: false
+        # and remove the hostPath volume / NVIDIA_VISIBLE_DEVICES env; enforce namespace-wide:
+        #   kubectl label namespace $namespace pod-security.kubernetes.io/enforce=baseline
+    """,
+    references=(
+        "https://kubernetes.io/docs/concepts/security/pod-security-standards/",
+        "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",
+        "https://github.com/NVIDIA/k8s-device-plugin#readme",
+    ),
+)
+def gpu_devices_only_through_device_plugin(snapshot: Snapshot) -> Iterator[Result]:
+    gpu_node_list = gpu_nodes(snapshot) if snapshot.count("Node") else None
+    for template in pod_templates(snapshot):
+        if is_nvidia_stack(template):
+            continue
+        findings = [
+            *_host_device_volumes(template),
+            *(
+                finding
+                for container in template.containers()
+                for finding in _container_findings(container, gpu_node_list)
+            ),
+        ]
+        if findings:
+            yield from findings
+        else:
+            yield passed(
+                template,
+                "mounts no host devices and runs no privileged or NVIDIA_VISIBLE_DEVICES "
+                "container outside the device plugin",
+            )
+
+
+def _host_device_volumes(template: PodTemplate) -> Iterator[Result]:
+    for index, volume in enumerate(map(as_mapping, as_list(template.spec.get("volumes")))):
+        raw = as_mapping(volume.get("hostPath")).get("path")
+        if not isinstance(raw, str):
+            continue
+        path = raw.rstrip("/") or "/"
+        if path in ("/", "/dev") or path.startswith(_DEVICE_PREFIXES):
+            what = "the host root (including /dev)" if path == "/" else path
+            problem = f"hostPath volume {volume.get('name', '')!s} mounts {what}"
+            yield failed(
+                template,
+                f"{problem}: device nodes outside the device plugin's allocation and isolation",
+                path=f"{template.path}.volumes[{index}].hostPath",
+                fix={"where": f"volume {volume.get('name', '')}", "problem": problem},
+            )
+
+
+def _container_findings(
+    container: Container, gpu_node_list: tuple[Resource, ...] | None
+) -> Iterator[Result]:
+    requests_gpu = bool(container.gpu_resource_names())
+    if container.security_context.get("privileged") is True and (
+        requests_gpu or _may_land_on_gpu_node(container.template, gpu_node_list)
+    ):
+        problem = "privileged container sees every host device, including every GPU"
+        if not requests_gpu:
+            problem += ", without requesting one"
+        yield failed(
+            container,
+            problem,
+            path=f"{container.path}.securityContext.privileged",
+            severity=Severity.HIGH if requests_gpu else Severity.MEDIUM,
+            fix={"where": container.describe(), "problem": problem},
+        )
+    entry = container.env().get("NVIDIA_VISIBLE_DEVICES")
+    value = entry.get("value") if entry is not None else None
+    if isinstance(value, str) and value.strip().lower() not in _NO_DEVICES and not requests_gpu:
+        # The value names devices, not a credential, so printing it is safe and useful.
+        problem = (
+            f"NVIDIA_VISIBLE_DEVICES={value} without a GPU request gets GPUs outside the "
+            "scheduler wherever the runtime honours the variable for unprivileged containers"
+        )
+        yield failed(
+            container,
+            problem,
+            path=f"{container.path}.env[NVIDIA_VISIBLE_DEVICES]",
+            fix={"where": container.describe(), "problem": problem},
+        )
+
+
+def _may_land_on_gpu_node(
+    template: PodTemplate, gpu_node_list: tuple[Resource, ...] | None
+) -> bool:
+    # Node agents in kube-system (CNI, CSI, kube-proxy) are privileged by design.
+    if template.owner.ref.namespace == "kube-system":
+        return False
+    if gpu_node_list is None:
+        return True  # no Nodes in the input: any node may be a GPU node
+    return any(schedules_on(template.spec, node) for node in gpu_node_list)

@@ -1,0 +1,159 @@
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from gpu_audit.api import (
+    WORKLOAD_TYPES,
+    Category,
+    PodTemplate,
+    Resource,
+    Result,
+    Severity,
+    Snapshot,
+    as_list,
+    as_mapping,
+    check,
+    failed,
+    passed,
+    pod_templates,
+)
+from gpu_audit.checks.serving._common import KSERVE_ISVC_LABEL, classify
+
+from ._common import is_nvidia_stack
+
+# Pods that use the Kubernetes API by design: KubeRay heads/workers (autoscaler), Spark
+# drivers, MPI launchers (kubectl exec into workers), notebook servers.
+_API_USER_LABELS = ("ray.io/node-type", "spark-role")
+_API_USER_VALUES = {
+    "training.kubeflow.org/replica-type": "launcher",
+    "app.kubernetes.io/component": "jupyter",
+}
+_RISKY_VERBS = {"get", "list", "watch", "*"}
+
+
+@check(
+    id="GPU-SEC-004",
+    title="GPU and inference pods that do not call the Kubernetes API do not mount a token",
+    category=Category.NETWORK_SECURITY,
+    severity=Severity.LOW,
+    requires=(WORKLOAD_TYPES,),
+    rationale="""
+        Model servers parse untrusted input (prompts, uploaded media, pickled or .mar models);
+        an automounted ServiceAccount token turns any code execution in them into a foothold
+        on the API server, with whatever the ServiceAccount is bound to. Most GPU workloads
+        never call the API, so the token is pure risk; NVIDIA's own dcgm-exporter manifest
+        opts out.
+    """,
+    detection="""
+        GPU pod templates and model-server templates (SRV-CLASSIFY), except the GPU/network
+        stack and pods that use the API by design (KubeRay, Spark, MPI launchers, notebooks,
+        Knative revisions): the effective automountServiceAccountToken (the pod's field, else
+        its ServiceAccount's when that is in the input, else true). Medium instead of low when
+        RoleBindings/ClusterRoleBindings in the input bind the ServiceAccount to rules that
+        read Secrets, create pods/exec, or use wildcards.
+    """,
+    remediation="""
+        # $kind $namespace/$name uses ServiceAccount $service_account
+        apiVersion: v1
+        kind: ServiceAccount
+        metadata:
+          name: $service_account
+          namespace: $namespace
+        automountServiceAccountToken: false
+        # or per pod (the pod's field wins over the ServiceAccount's):
+        #   spec: {serviceAccountName: $service_account, automountServiceAccountToken: false}
+    """,
+    references=(
+        "https://kubernetes.io/docs/tasks/configure-pod-container/configure-service-account/#opt-out-of-api-credential-automounting",
+        "https://github.com/NVIDIA/dcgm-exporter/blob/main/deployment/examples/dcgm-exporter.yaml",
+    ),
+)
+def gpu_pods_do_not_automount_api_tokens(snapshot: Snapshot) -> Iterator[Result]:
+    for template in pod_templates(snapshot):
+        if is_nvidia_stack(template) or _uses_api(template):
+            continue
+        serving = KSERVE_ISVC_LABEL in template.labels or any(
+            classify(c) for c in template.containers()
+        )
+        if not serving and not template.requests_gpu:
+            continue
+        yield _evaluate(snapshot, template)
+
+
+def _uses_api(template: PodTemplate) -> bool:
+    labels = template.labels
+    if any(key in labels for key in _API_USER_LABELS):
+        return True
+    if any(key.startswith("serving.knative.dev/") for key in labels):
+        return True
+    if template.replica_type.lower() == "launcher":
+        return True
+    return any(labels.get(k, "").lower() == v for k, v in _API_USER_VALUES.items())
+
+
+def _evaluate(snapshot: Snapshot, template: PodTemplate) -> Result:
+    namespace = template.owner.ref.namespace
+    name = str(template.spec.get("serviceAccountName") or "default")
+    account = snapshot.get("ServiceAccount", namespace, name)
+    mounted, source = _effective_automount(template.spec, account)
+    path = f"{template.path}.automountServiceAccountToken"
+    if not mounted:
+        return passed(template, f"does not mount the token of ServiceAccount {name} ({source})")
+    risky = _risky_grants(snapshot, namespace, name)
+    message = f"mounts the API token of ServiceAccount {name} ({source})"
+    if risky:
+        message += f"; it is bound to {', '.join(risky)}"
+    return failed(
+        template,
+        message,
+        path=path,
+        severity=Severity.MEDIUM if risky else None,
+        fix={"service_account": name},
+    )
+
+
+def _effective_automount(spec: Mapping[str, Any], account: Resource | None) -> tuple[bool, str]:
+    if isinstance(spec.get("automountServiceAccountToken"), bool):
+        value = bool(spec["automountServiceAccountToken"])
+        return value, f"pod sets automountServiceAccountToken: {str(value).lower()}"
+    if account is not None and isinstance(account.raw.get("automountServiceAccountToken"), bool):
+        value = bool(account.raw["automountServiceAccountToken"])
+        return value, f"ServiceAccount sets automountServiceAccountToken: {str(value).lower()}"
+    if account is None:
+        return True, "ServiceAccount not in the input; Kubernetes mounts the token by default"
+    return True, "neither the pod nor the ServiceAccount opts out"
+
+
+def _risky_grants(snapshot: Snapshot, namespace: str, account: str) -> list[str]:
+    found: list[str] = []
+    for binding in snapshot.of("RoleBinding", "ClusterRoleBinding"):
+        if binding.ref.kind == "RoleBinding" and binding.ref.namespace != namespace:
+            continue
+        if not any(_is_subject(s, namespace, account) for s in as_list(binding.raw.get("subjects"))):
+            continue
+        role_ref = as_mapping(binding.raw.get("roleRef"))
+        kind, role_name = str(role_ref.get("kind", "")), str(role_ref.get("name", ""))
+        role = snapshot.get(kind, namespace if kind == "Role" else "", role_name)
+        if role is not None and any(_risky(as_mapping(r)) for r in as_list(role.raw.get("rules"))):
+            found.append(f"{kind} {role_name} (secrets, pods/exec or wildcards)")
+    return sorted(set(found))
+
+
+def _is_subject(subject: object, namespace: str, account: str) -> bool:
+    s = as_mapping(subject)
+    return (
+        s.get("kind") == "ServiceAccount"
+        and s.get("name") == account
+        and (s.get("namespace") or namespace) == namespace
+    )
+
+
+def _risky(rule: Mapping[str, Any]) -> bool:
+    resources = {str(r) for r in as_list(rule.get("resources"))}
+    verbs = {str(v) for v in as_list(rule.get("verbs"))}
+    if "*" in resources or ("*" in verbs and resources):
+        return True
+    if "secrets" in resources and verbs & _RISKY_VERBS:
+        return True
+    return "pods/exec" in resources and bool(verbs & {"create", "get", "*"})

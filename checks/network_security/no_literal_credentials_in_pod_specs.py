@@ -1,0 +1,174 @@
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from gpu_audit.api import (
+    WORKLOAD_TYPES,
+    Category,
+    Container,
+    Result,
+    Severity,
+    Snapshot,
+    as_mapping,
+    check,
+    failed,
+    passed,
+    pod_templates,
+    str_map,
+)
+from gpu_audit.checks.serving._common import argv
+
+_SECRET_NAME = re.compile(
+    r"(^|_)(API_?KEY|ACCESS_?KEY|SECRET(_ACCESS)?_?KEY|SECRET|TOKEN|PASSWORD|PASSWD|"
+    r"PRIVATE_?KEY|CREDENTIALS?|AUTH|DECRYPT(ION)?_?KEY|ENCRYPTION_?KEY|HF_TOKEN|"
+    r"HUGGING_?FACE_HUB_TOKEN|NGC_API_KEY|WANDB_API_KEY|OPENAI_API_KEY)($|_)",
+    re.IGNORECASE,
+)
+_NOT_SECRET_NAME = re.compile(
+    r"TOKENIZERS_PARALLELISM|MAX_.*TOKENS|_TOKENS$|NUM_.*TOKENS|"
+    r"_(FILE|PATH|DIR|URL|URI|ENDPOINT|REGION|ID|MODE|TYPE|METHOD|ENABLED|HEADER)$|"
+    r"TOKEN_LIMIT|HF_HUB_ENABLE_HF_TRANSFER|^(ENABLE|DISABLE)_|_(ENABLE|DISABLE)_",
+    re.IGNORECASE,
+)
+_SECRET_VALUES = tuple(
+    re.compile(p)
+    for p in (
+        r"hf_[A-Za-z0-9]{30,}",
+        r"sk-[A-Za-z0-9_-]{20,}",
+        r"AKIA[0-9A-Z]{16}",
+        r"nvapi-[A-Za-z0-9_-]{20,}",
+        r"ghp_[A-Za-z0-9]{36}",
+        r"xox[baprs]-[A-Za-z0-9-]{10,}",
+        r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
+    )
+)
+# Switches and placeholders, not credentials: TS_DISABLE_TOKEN_AUTHORIZATION=true.
+_NOT_A_CREDENTIAL = re.compile(
+    r"^(true|false|yes|no|on|off|none|null|enabled|disabled|\d+|\$\([A-Za-z0-9_]+\))$",
+    re.IGNORECASE,
+)
+_DECRYPTION_KEY = re.compile(r"DECRYPT|ENCRYPTION_?KEY|MODEL_?KEY", re.IGNORECASE)
+_SECRET_FLAG = re.compile(r"^--(api-key|hf-token|token|password|api-token)(=|$)")
+
+
+def _credential_like(name: str, value: str) -> bool:
+    """Whether a literal name/value pair looks like a credential. Never returns the value."""
+    value = value.strip()
+    if not value or _NOT_A_CREDENTIAL.match(value):
+        return False
+    if any(p.search(value) for p in _SECRET_VALUES):
+        return True
+    return bool(_SECRET_NAME.search(name)) and not _NOT_SECRET_NAME.search(name)
+
+
+@check(
+    id="GPU-SEC-001",
+    title="Model and API credentials are not literal values in pod specs or ConfigMaps",
+    category=Category.NETWORK_SECURITY,
+    severity=Severity.HIGH,
+    requires=((*WORKLOAD_TYPES, "ConfigMap"),),
+    rationale="""
+        A literal HF_TOKEN, NGC_API_KEY or cloud key in a Deployment is readable by anyone who
+        can get Deployments, ReplicaSets or Pods, shows in kubectl describe, crash dumps and
+        /proc/<pid>/environ, and lives on in Git and Helm values. ConfigMaps are not access
+        controlled like Secrets. Model decryption keys do not belong in env at all, even from a
+        Secret: every process in the container and every child inherits them.
+    """,
+    detection="""
+        Every container of every pod template: env entries with a literal value whose name
+        looks like a credential (API_KEY, TOKEN, PASSWORD, SECRET, HF_TOKEN, NGC_API_KEY...;
+        not *_FILE/_PATH/_URL/_ID/_MODE, *_TOKENS, TOKENIZERS_PARALLELISM) or whose value has a
+        known token shape (hf_, sk-, AKIA, nvapi-, ghp_, PEM private key); --api-key/--token/
+        --hf-token/--password flags with an inline value (high); decryption/model keys injected
+        through secretKeyRef (medium). ConfigMap data keys judged the same way (high). Booleans,
+        numbers, empty values and $(VAR) references to other env vars are not credentials.
+        Only names are reported, never values.
+    """,
+    remediation="""
+        # $kind $namespace/$name: move $what into a Secret and reference it
+        #   kubectl -n $namespace create secret generic $secret --from-literal=value=...
+        env:
+          - name: $env_name
+            valueFrom:
+              secretKeyRef: {name: $secret, key: value}
+        # Decryption keys: mount the Secret as a read-only file instead of an env var
+        #   volumes: [{name: model-key, secret: {secretName: $secret, defaultMode: 0400}}]
+    """,
+    references=(
+        "https://kubernetes.io/docs/concepts/security/secrets-good-practices/",
+        "https://kubernetes.io/docs/concepts/configuration/secret/#using-secrets-as-environment-variables",
+    ),
+)
+def no_literal_credentials_in_pod_specs(snapshot: Snapshot) -> Iterator[Result]:
+    for template in pod_templates(snapshot):
+        findings = [f for c in template.containers() for f in _container_findings(c)]
+        if findings:
+            yield from findings
+        elif any(c.env() or argv(c) for c in template.containers()):
+            yield passed(template, "env and arguments carry no literal credentials")
+    for config_map in snapshot.of("ConfigMap"):
+        data = str_map(config_map.raw.get("data"))
+        keys = sorted(k for k, v in data.items() if _credential_like(k, v))
+        if keys:
+            for key in keys:
+                yield failed(
+                    config_map,
+                    f"data key {key!r} holds a credential-like literal value",
+                    path=f"data.{key}",
+                    fix=_fix(f"ConfigMap key {key}", key),
+                )
+        elif data:
+            yield passed(config_map, "data holds no credential-like values")
+
+
+def _container_findings(container: Container) -> Iterator[Result]:
+    where = container.describe()
+    for name, entry in container.env().items():
+        value = entry.get("value")
+        if isinstance(value, str) and _credential_like(name, value):
+            yield failed(
+                container,
+                f"env {name} is a literal credential (value not shown)",
+                path=f"{container.path}.env[{name}]",
+                fix=_fix(f"env {name} of {where}", name),
+            )
+        secret_ref = as_mapping(as_mapping(entry.get("valueFrom")).get("secretKeyRef"))
+        if secret_ref and _DECRYPTION_KEY.search(name):
+            yield failed(
+                container,
+                f"env {name} exposes a model decryption key to every process in the container",
+                path=f"{container.path}.env[{name}]",
+                severity=Severity.MEDIUM,
+                fix=_fix(f"env {name} of {where}", name, str(secret_ref.get("name") or "")),
+            )
+    args = argv(container)
+    for index, arg in enumerate(args):
+        for token in arg.split():
+            match = _SECRET_FLAG.match(token)
+            if not match:
+                continue
+            inline = token[match.end() :] if match.group(2) == "=" else _next(args, index, token)
+            if inline and not _NOT_A_CREDENTIAL.match(inline):
+                flag = f"--{match.group(1)}"
+                yield failed(
+                    container,
+                    f"command line passes {flag} with an inline value (value not shown)",
+                    path=f"{container.path}.args",
+                    fix=_fix(f"the {flag} value of {where}", flag.lstrip("-").upper()),
+                )
+
+
+def _next(args: list[str], index: int, token: str) -> str:
+    """The value after a bare flag: the next word in the same string, or the next argument."""
+    words = args[index].split()
+    position = words.index(token)
+    if position + 1 < len(words):
+        return words[position + 1]
+    return args[index + 1] if index + 1 < len(args) else ""
+
+
+def _fix(what: str, name: str, secret: str = "") -> dict[str, str]:
+    env_name = re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
+    secret_name = secret or re.sub(r"[^a-z0-9-]", "-", name.lower()).strip("-") or "credentials"
+    return {"what": what, "env_name": env_name, "secret": secret_name}

@@ -1,0 +1,127 @@
+import json
+from collections.abc import Iterator
+
+from gpu_audit.api import (
+    Category,
+    Resource,
+    Result,
+    Severity,
+    Snapshot,
+    Taint,
+    check,
+    failed,
+    node_taints,
+    passed,
+)
+from gpu_audit.checks.nodes._common import (
+    NODEPOOL,
+    dedicating_taints,
+    is_gpu_host,
+    nodepool_gpu_scope,
+    nodepool_taints,
+)
+
+# Key == resource name, so ExtendedResourceToleration adds the toleration to GPU pods.
+_SUGGESTED = Taint("nvidia.com/gpu", "present", "NoSchedule")
+
+
+@check(
+    id="GPU-NODE-005",
+    title="GPU nodes and GPU-only node pools carry a NoSchedule taint",
+    category=Category.NODES,
+    severity=Severity.MEDIUM,
+    requires=(("Node", NODEPOOL),),
+    rationale="""
+        Without a taint, ordinary CPU pods are scheduled onto expensive GPU nodes. They use up
+        the node's CPU and memory, so GPU pods later fail with "Insufficient cpu" on a node with
+        free GPUs, and they keep the autoscaler from removing the node, which keeps billing.
+        A taint whose key is the GPU resource name (nvidia.com/gpu:NoSchedule) keeps them off
+        while the ExtendedResourceToleration admission plugin tolerates it for GPU pods.
+    """,
+    detection="""
+        Every GPU node (GFD/NFD labels, GPU capacity, or cloud accelerator labels) and every
+        Karpenter NodePool whose requirements allow only GPU instance types: passes with any
+        NoSchedule or NoExecute taint other than lifecycle taints (node.kubernetes.io/*,
+        node.cloudprovider.kubernetes.io/*, karpenter.sh/disrupted, cluster-autoscaler's), since
+        any dedicating taint keeps CPU pods off, not only nvidia.com/gpu. A PreferNoSchedule taint
+        only half-works and is reported at low severity. Karpenter startupTaints are removed
+        after boot and do not count. When the input has no non-GPU node or NodePool (a GPU-only
+        cluster, e.g. a GKE cluster that never auto-tainted its GPU pools) the finding is info.
+        NodePools that may launch both CPU and GPU instances are not evaluated.
+    """,
+    remediation="""
+        kubectl $command
+        # GPU pods tolerate a taint keyed nvidia.com/gpu automatically where the
+        # ExtendedResourceToleration admission plugin runs (EKS >= 1.19, GKE, AKS); elsewhere
+        # add to their pod spec: tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+    """,
+    references=(
+        "https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/",
+        "https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#extendedresourcetoleration",
+        "https://github.com/kubernetes/kubernetes/pull/55839",
+        "https://karpenter.sh/docs/concepts/nodepools/",
+    ),
+)
+def gpu_nodes_carry_no_schedule_taint(snapshot: Snapshot) -> Iterator[Result]:
+    nodes = snapshot.of("Node")
+    pools = snapshot.of(NODEPOOL)
+    gpu_pools = [p for p in pools if nodepool_gpu_scope(p) == "only"]
+    gpu_only_cluster = all(is_gpu_host(n) for n in nodes) and len(gpu_pools) == len(pools)
+    for node in nodes:
+        if is_gpu_host(node):
+            yield _verdict(node, node_taints(node), gpu_only_cluster, _node_command(node))
+    for pool in gpu_pools:
+        taints = nodepool_taints(pool)
+        yield _verdict(pool, taints, gpu_only_cluster, _nodepool_command(pool, taints))
+
+
+def _verdict(target: Resource, taints: tuple[Taint, ...], gpu_only: bool, command: str) -> Result:
+    path = "spec.taints" if target.ref.kind == "Node" else "spec.template.spec.taints"
+    hard = dedicating_taints(taints)
+    if hard:
+        return passed(target, f"is tainted {hard[0]}", path=path)
+    soft = dedicating_taints(taints, ("PreferNoSchedule",))
+    what = "GPU node" if target.ref.kind == "Node" else "GPU-only NodePool"
+    fix = {"command": command}
+    if soft:
+        return failed(
+            target,
+            f"{what} has only the soft taint {soft[0]}: the scheduler still places CPU pods "
+            "there when other nodes are full",
+            path=path,
+            severity=Severity.LOW,
+            fix=fix,
+        )
+    if gpu_only:
+        return failed(
+            target,
+            f"{what} has no NoSchedule taint; the input has no non-GPU nodes, so this only "
+            "matters once CPU capacity is added",
+            path=path,
+            severity=Severity.INFO,
+            fix=fix,
+        )
+    return failed(
+        target,
+        f"{what} has no NoSchedule/NoExecute taint: CPU pods can occupy it and keep it alive",
+        path=path,
+        fix=fix,
+    )
+
+
+def _node_command(node: Resource) -> str:
+    return f"taint nodes {node.ref.name} {_SUGGESTED} --overwrite"
+
+
+def _nodepool_command(pool: Resource, taints: tuple[Taint, ...]) -> str:
+    # JSON patch "add" replaces the whole list: keep the existing (soft) taints in it.
+    new = Taint(_SUGGESTED.key, "", _SUGGESTED.effect)
+    value = [
+        {"key": t.key, **({"value": t.value} if t.value else {}), "effect": t.effect}
+        for t in (*taints, new)
+    ]
+    patch = json.dumps(
+        [{"op": "add", "path": "/spec/template/spec/taints", "value": value}],
+        separators=(",", ":"),
+    )
+    return f"patch nodepools.karpenter.sh {pool.ref.name} --type=json -p '{patch}'"

@@ -1,0 +1,251 @@
+"""Placement logic shared by the SCHED checks: where a GPU pod template may land, among the
+Nodes of the snapshot and the nodes Karpenter NodePools could launch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from gpu_audit.api import (
+    Container,
+    PodTemplate,
+    QuantityError,
+    Resource,
+    Snapshot,
+    Taint,
+    as_list,
+    as_mapping,
+    is_extended_resource,
+    node_affinity_matches,
+    node_taints,
+    parse_quantity,
+    str_map,
+    tolerates,
+)
+from gpu_audit.checks.nodes._common import (
+    NODEPOOL,
+    dedicating_taints,
+    gpu_hosts,
+    nodepool_gpu_scope,
+    nodepool_requirements,
+    nodepool_taints,
+    nodepool_template_labels,
+)
+
+# Labels Karpenter itself puts on the nodes it launches, so a pod may select on them without
+# the NodePool declaring them (karpenter.sh/docs/concepts/scheduling, "Well-Known Labels").
+_WELL_KNOWN_PREFIXES = (
+    "karpenter.sh/",
+    "karpenter.k8s.aws/",
+    "karpenter.azure.com/",
+    "topology.kubernetes.io/",
+    "node.kubernetes.io/instance-type",
+    "kubernetes.io/arch",
+    "kubernetes.io/os",
+    "kubernetes.io/hostname",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A node, or a NodePool standing for the nodes it would launch."""
+
+    target: Resource
+    taints: tuple[Taint, ...]
+
+    @property
+    def label(self) -> str:
+        kind = "NodePool" if self.target.ref.kind == NODEPOOL else "node"
+        return f"{kind} {self.target.ref.name}"
+
+
+def gpu_placements(snapshot: Snapshot, spec: Mapping[str, Any]) -> list[Placement]:
+    """GPU nodes that pass the pod's nodeSelector/required affinity, and NodePools that can
+    launch GPU instances satisfying them (ignoring taints and resources)."""
+    out = [
+        Placement(n, node_taints(n)) for n in gpu_hosts(snapshot) if node_affinity_matches(spec, n)
+    ]
+    out.extend(
+        Placement(p, nodepool_taints(p))
+        for p in snapshot.of(NODEPOOL)
+        if nodepool_gpu_scope(p) != "none" and nodepool_may_satisfy(spec, p)
+    )
+    return out
+
+
+def extended_resources(template: PodTemplate) -> set[str]:
+    names: set[str] = set()
+    for container in template.containers():
+        names.update(str(k) for k in (*container.requests, *container.limits))
+    return {n for n in names if is_extended_resource(n)}
+
+
+def blocking_taints(template: PodTemplate, taints: tuple[Taint, ...]) -> list[Taint]:
+    """Hard, permanent taints the template does not tolerate.
+
+    A NoSchedule taint keyed by an extended resource the pod requests counts as tolerated: the
+    ExtendedResourceToleration admission plugin (GKE, EKS >= 1.19, AKS) adds that toleration.
+    It adds it for NoSchedule only, so the same key with NoExecute still blocks.
+    """
+    tolerations = as_list(template.spec.get("tolerations"))
+    auto = extended_resources(template)
+    return [
+        t
+        for t in dedicating_taints(taints)
+        if not tolerates(tolerations, t) and not (t.effect == "NoSchedule" and t.key in auto)
+    ]
+
+
+def auto_tolerated(template: PodTemplate, taints: tuple[Taint, ...]) -> list[Taint]:
+    auto = extended_resources(template)
+    tolerations = as_list(template.spec.get("tolerations"))
+    return [
+        t
+        for t in dedicating_taints(taints, ("NoSchedule",))
+        if t.key in auto and not tolerates(tolerations, t)
+    ]
+
+
+# --------------------------------------------------------------------------- NodePool matching
+
+
+def nodepool_may_satisfy(spec: Mapping[str, Any], pool: Resource) -> bool:
+    """Whether some node of the pool could pass the pod's nodeSelector and required node
+    affinity. Permissive where undecidable: a false "no" would be a false finding."""
+    labels = nodepool_template_labels(pool)
+    requirements = {str(r.get("key", "")): r for r in nodepool_requirements(pool)}
+    for key, value in str_map(spec.get("nodeSelector")).items():
+        if not _admits(key, "In", [value], labels, requirements):
+            return False
+    required = as_mapping(
+        as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity")).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+    )
+    terms = [as_mapping(t) for t in as_list(required.get("nodeSelectorTerms"))]
+    if not terms:
+        return True
+    return any(_term_admitted(t, labels, requirements) for t in terms)
+
+
+def _term_admitted(
+    term: Mapping[str, Any], labels: Mapping[str, str], reqs: Mapping[str, Mapping[str, Any]]
+) -> bool:
+    expressions = [as_mapping(e) for e in as_list(term.get("matchExpressions"))]
+    if not expressions and not as_list(term.get("matchFields")):
+        return False
+    return all(
+        _admits(
+            str(e.get("key", "")),
+            str(e.get("operator", "")),
+            [str(v) for v in as_list(e.get("values"))],
+            labels,
+            reqs,
+        )
+        for e in expressions
+    )
+
+
+def _admits(
+    key: str,
+    operator: str,
+    values: list[str],
+    labels: Mapping[str, str],
+    reqs: Mapping[str, Mapping[str, Any]],
+) -> bool:
+    if key in labels:
+        return _static_admits(operator, values, labels[key])
+    req = reqs.get(key)
+    known = req is not None or key.startswith(_WELL_KNOWN_PREFIXES)
+    if operator == "DoesNotExist":
+        return req is None or str(req.get("operator")) == "DoesNotExist"
+    if operator == "NotIn":
+        return True
+    if not known:
+        return False  # Karpenter never launches a node with a label it does not know
+    if req is None or operator != "In":
+        return True
+    req_op = str(req.get("operator", ""))
+    req_values = {str(v) for v in as_list(req.get("values"))}
+    if req_op == "In":
+        return bool(req_values & set(values))
+    if req_op == "NotIn":
+        return bool(set(values) - req_values)
+    return req_op != "DoesNotExist"
+
+
+def _static_admits(operator: str, values: list[str], have: str) -> bool:
+    if operator == "In":
+        return have in values
+    if operator == "NotIn":
+        return have not in values
+    if operator == "DoesNotExist":
+        return False
+    if operator in ("Gt", "Lt") and values:
+        try:
+            return int(have) > int(values[0]) if operator == "Gt" else int(have) < int(values[0])
+        except ValueError:
+            return False
+    return True
+
+
+def autoscaler_present(snapshot: Snapshot) -> bool:
+    """A cluster-autoscaler Deployment in the input: node groups it can scale from zero are
+    invisible in the API, so "no node matches" is not proof that none ever will."""
+    for deployment in snapshot.of("Deployment"):
+        spec = as_mapping(as_mapping(deployment.spec.get("template")).get("spec"))
+        for container in map(as_mapping, as_list(spec.get("containers"))):
+            if "cluster-autoscaler" in str(container.get("image", "")):
+                return True
+    return False
+
+
+def is_daemonset(template: PodTemplate) -> bool:
+    return template.owner.ref.kind == "DaemonSet"
+
+
+def _container_requests(container: Container) -> dict[str, Decimal]:
+    # A limit without a request defaults the request to the limit.
+    raw = {**{str(k): v for k, v in container.limits.items()}}
+    raw.update({str(k): v for k, v in container.requests.items()})
+    out: dict[str, Decimal] = {}
+    for name, value in raw.items():
+        try:
+            out[name] = parse_quantity(value)
+        except QuantityError:
+            continue
+    return out
+
+
+def _add(total: dict[str, Decimal], more: Mapping[str, Decimal]) -> None:
+    for name, value in more.items():
+        total[name] = total.get(name, Decimal(0)) + value
+
+
+def effective_pod_request(template: PodTemplate) -> dict[str, Decimal]:
+    """What the scheduler reserves: max(any init container + the sidecars started before it,
+    all containers + all sidecars) per resource, plus spec.overhead."""
+    running: dict[str, Decimal] = {}
+    peak: dict[str, Decimal] = {}
+    for container in template.containers():
+        requests = _container_requests(container)
+        if container.init and not container.is_sidecar:
+            step = dict(running)
+            _add(step, requests)
+            for name, value in step.items():
+                peak[name] = max(peak.get(name, Decimal(0)), value)
+        else:
+            _add(running, requests)
+    total = {n: max(v, peak.get(n, Decimal(0))) for n, v in running.items()}
+    for name, value in peak.items():
+        total.setdefault(name, value)
+    overhead: dict[str, Decimal] = {}
+    for name, value in as_mapping(template.spec.get("overhead")).items():
+        try:
+            overhead[str(name)] = parse_quantity(value)
+        except QuantityError:
+            continue
+    _add(total, overhead)
+    return {n: v for n, v in total.items() if v > 0}

@@ -1,0 +1,114 @@
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from gpu_audit.api import (
+    WORKLOAD_TYPES,
+    Category,
+    PodTemplate,
+    Result,
+    Severity,
+    Snapshot,
+    as_list,
+    as_mapping,
+    check,
+    failed,
+    gpu_pod_templates,
+    node_affinity_matches,
+    passed,
+    str_map,
+)
+from gpu_audit.checks.nodes._common import NODEPOOL
+from gpu_audit.checks.scheduling._common import (
+    autoscaler_present,
+    is_daemonset,
+    nodepool_may_satisfy,
+)
+
+_VALUES_SHOWN = 5
+
+
+@check(
+    id="GPU-SCHED-002",
+    title="Required node selectors and node affinity of GPU pods match an existing or provisionable node",
+    category=Category.SCHEDULING,
+    severity=Severity.HIGH,
+    requires=("Node", WORKLOAD_TYPES),
+    rationale="""
+        A required nodeSelector or node affinity that no node satisfies leaves the pod Pending
+        with "didn't match Pod's node affinity/selector". The usual cause is a GFD label value
+        typed by hand (nvidia.com/gpu.product: A100 instead of NVIDIA-A100-SXM4-80GB) or a label
+        copied from another cluster. Karpenter only launches nodes for labels it knows, so a
+        selector on an undeclared label matches no future node either.
+    """,
+    detection="""
+        Every GPU pod template with a nodeSelector or required node affinity (terms ORed,
+        expressions ANDed, all operators): passes when some Node in the input matches, or a
+        Karpenter NodePool could launch a matching node (template labels, requirements, or
+        Karpenter's well-known labels). Otherwise fails high, with the values the nodes do carry
+        for each selected key; medium when a cluster-autoscaler Deployment is in the input, since
+        its scale-from-zero groups are invisible. Preferred affinity never blocks and is ignored.
+        DaemonSets are not evaluated: a DaemonSet for optional hardware may match no node.
+    """,
+    remediation="""
+        kubectl get nodes -L $keys
+        # then set $path.nodeSelector / nodeAffinity of $kind $namespace/$name to values the
+        # nodes carry: GFD values are exact (NVIDIA-A100-SXM4-80GB, not A100)
+    """,
+    references=(
+        "https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/",
+        "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",
+        "https://github.com/NVIDIA/k8s-device-plugin/blob/main/docs/gpu-feature-discovery/README.md",
+        "https://karpenter.sh/docs/concepts/scheduling/",
+    ),
+)
+def gpu_pod_node_selectors_match_a_node(snapshot: Snapshot) -> Iterator[Result]:
+    scaler = autoscaler_present(snapshot)
+    for template in gpu_pod_templates(snapshot):
+        keys = _selected_keys(template.spec)
+        if keys and not is_daemonset(template):
+            yield _verdict(snapshot, template, keys, scaler)
+
+
+def _verdict(snapshot: Snapshot, template: PodTemplate, keys: list[str], scaler: bool) -> Result:
+    spec = template.spec
+    path = template.path
+    matching = [n for n in snapshot.of("Node") if node_affinity_matches(spec, n)]
+    if matching:
+        return passed(template, f"node selection matches node {matching[0].ref.name}", path=path)
+    pools = [p for p in snapshot.of(NODEPOOL) if nodepool_may_satisfy(spec, p)]
+    if pools:
+        name = pools[0].ref.name
+        return passed(template, f"no node matches yet; NodePool {name} can launch one", path=path)
+    seen = "; ".join(f"{k}: {_values(snapshot, k)}" for k in keys)
+    fix = {"keys": ",".join(keys), "path": path}
+    if scaler:
+        return failed(
+            template,
+            f"no node in the input matches its node selection ({seen}); confirm that an "
+            "autoscaled node group carries these labels",
+            path=path,
+            severity=Severity.MEDIUM,
+            fix=fix,
+        )
+    return failed(template, f"no node matches its node selection ({seen})", path=path, fix=fix)
+
+
+def _selected_keys(spec: Mapping[str, Any]) -> list[str]:
+    keys = list(str_map(spec.get("nodeSelector")))
+    required = as_mapping(
+        as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity")).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+    )
+    for term in map(as_mapping, as_list(required.get("nodeSelectorTerms"))):
+        expressions = map(as_mapping, as_list(term.get("matchExpressions")))
+        keys.extend(str(e.get("key", "")) for e in expressions)
+    return list(dict.fromkeys(k for k in keys if k))
+
+
+def _values(snapshot: Snapshot, key: str) -> str:
+    values = sorted({n.labels[key] for n in snapshot.of("Node") if key in n.labels})
+    if not values:
+        return "no node has this label"
+    shown = ", ".join(values[:_VALUES_SHOWN])
+    return f"nodes have {shown}" + (", ..." if len(values) > _VALUES_SHOWN else "")

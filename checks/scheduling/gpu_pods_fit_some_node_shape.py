@@ -1,0 +1,213 @@
+from collections.abc import Iterator, Mapping
+from decimal import Decimal
+
+from gpu_audit.api import (
+    WORKLOAD_TYPES,
+    Category,
+    PodTemplate,
+    QuantityError,
+    Resource,
+    Result,
+    Severity,
+    Snapshot,
+    as_list,
+    as_mapping,
+    check,
+    failed,
+    format_quantity,
+    gpu_pod_templates,
+    is_gpu_resource,
+    node_affinity_matches,
+    node_taints,
+    parse_quantity,
+    passed,
+)
+from gpu_audit.checks.nodes._common import (
+    NODEPOOL,
+    has_resource_status,
+    nodepool_gpu_scope,
+    nodepool_requirements,
+    nodepool_taints,
+)
+from gpu_audit.checks.scheduling._common import (
+    autoscaler_present,
+    blocking_taints,
+    effective_pod_request,
+    nodepool_may_satisfy,
+)
+
+# Absent from a node's allocatable in some dumps; unknown is not zero for these.
+_STANDARD = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
+_GPU_COUNT = "karpenter.k8s.aws/instance-gpu-count"
+
+
+@check(
+    id="GPU-SCHED-006",
+    title="Every GPU pod's request fits on at least one eligible node shape",
+    category=Category.SCHEDULING,
+    severity=Severity.HIGH,
+    requires=("Node", WORKLOAD_TYPES),
+    rationale="""
+        A pod is placed on one node. A pod asking for 16 GPUs when the biggest node has 8, or
+        8 GPUs plus more memory than any 8-GPU node has, can never run: no waiting, preemption
+        or autoscaling helps, and the scheduler only says "Insufficient nvidia.com/gpu".
+        Multi-node training must be split into worker pods that each fit one node.
+    """,
+    detection="""
+        Live (Nodes with status.allocatable): the effective pod request (max of each init
+        container and the sum of containers and sidecars, plus overhead), for every resource it
+        names, compared with the allocatable of each node that passes the pod's selectors,
+        required affinity and taints. The resource names requested are compared as is, so MIG
+        and shared-GPU requests are checked against those resources. When no node fits, a
+        Karpenter NodePool that may launch a matching GPU node and whose limits and
+        instance-gpu-count allow the request counts as a fit; a cluster-autoscaler in the input
+        lowers the finding to medium. Templates with no eligible node at all are left to
+        GPU-SCHED-001/002; manifests without node status are not evaluated.
+    """,
+    remediation="""
+        # $kind $namespace/$name needs $short in one pod; the largest eligible node,
+        # $largest, has less. Lower the request, or split the work into worker pods that each
+        # fit one node and gang-schedule them (see GPU-DIST-001), each with at most:
+        resources:
+          limits:
+            $resource: $fits
+    """,
+    references=(
+        "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",
+        "https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/",
+        "https://kubernetes.io/docs/concepts/workloads/pods/sidecar-containers/",
+    ),
+)
+def gpu_pods_fit_some_node_shape(snapshot: Snapshot) -> Iterator[Result]:
+    scaler = autoscaler_present(snapshot)
+    for template in gpu_pod_templates(snapshot):
+        if template.owner.status.get("phase") in ("Succeeded", "Failed"):
+            continue  # finished pods hold nothing and will not be scheduled again
+        request = effective_pod_request(template)
+        nodes = [
+            n for n in snapshot.of("Node") if has_resource_status(n) and _eligible(template, n)
+        ]
+        pools = [p for p in snapshot.of(NODEPOOL) if _pool_eligible(template, p)]
+        if not nodes and not pools:
+            continue
+        yield _verdict(template, request, nodes, pools, scaler)
+
+
+def _eligible(template: PodTemplate, node: Resource) -> bool:
+    return node_affinity_matches(template.spec, node) and not blocking_taints(
+        template, node_taints(node)
+    )
+
+
+def _pool_eligible(template: PodTemplate, pool: Resource) -> bool:
+    return (
+        nodepool_gpu_scope(pool) != "none"
+        and nodepool_may_satisfy(template.spec, pool)
+        and not blocking_taints(template, nodepool_taints(pool))
+    )
+
+
+def _allocatable(node: Resource) -> dict[str, Decimal]:
+    return _quantities(node.status.get("allocatable"))
+
+
+def _quantities(raw: object) -> dict[str, Decimal]:
+    out: dict[str, Decimal] = {}
+    for name, value in as_mapping(raw).items():
+        try:
+            out[str(name)] = parse_quantity(value)
+        except QuantityError:
+            continue
+    return out
+
+
+def _short(request: Mapping[str, Decimal], have: Mapping[str, Decimal]) -> list[str]:
+    """Requested resources the shape cannot hold."""
+    return [
+        name
+        for name, want in request.items()
+        if not (name in _STANDARD and name not in have) and have.get(name, Decimal(0)) < want
+    ]
+
+
+def _pool_can_fit(pool: Resource, request: Mapping[str, Decimal]) -> bool:
+    limits = _quantities(as_mapping(pool.spec.get("limits")))
+    if any(name in limits and limits[name] < want for name, want in request.items()):
+        return False
+    gpus = sum((v for k, v in request.items() if is_gpu_resource(k)), Decimal(0))
+    for req in nodepool_requirements(pool):
+        if str(req.get("key")) != _GPU_COUNT:
+            continue
+        values = [str(v) for v in as_list(req.get("values"))]
+        numbers = [int(v) for v in values if v.isdigit()]
+        if str(req.get("operator")) == "In" and numbers and max(numbers) < gpus:
+            return False
+        if str(req.get("operator")) == "Lt" and numbers and numbers[0] <= gpus:
+            return False
+    return True
+
+
+def _verdict(
+    template: PodTemplate,
+    request: Mapping[str, Decimal],
+    nodes: list[Resource],
+    pools: list[Resource],
+    scaler: bool,
+) -> Result:
+    for node in nodes:
+        if not _short(request, _allocatable(node)):
+            return passed(template, f"fits on node {node.ref.name}", path=template.path)
+    for pool in pools:
+        if _pool_can_fit(pool, request):
+            return passed(
+                template, f"can fit a node NodePool {pool.ref.name} launches", path=template.path
+            )
+    if not nodes:
+        return failed(
+            template,
+            "no eligible NodePool can launch a node this large (NodePool limits or "
+            "instance-gpu-count are below the request)",
+            path=template.path,
+            fix=_fix(request, {}, [], ""),
+        )
+    largest = max(nodes, key=lambda n: _gpu_total(_allocatable(n)))
+    have = _allocatable(largest)
+    missing = _short(request, have)
+    details = ", ".join(
+        f"{name} {_fmt(name, request[name])} > {_fmt(name, have.get(name, Decimal(0)))}"
+        for name in missing
+    )
+    return failed(
+        template,
+        f"fits no eligible node; largest, {largest.ref.name}: {details}",
+        path=template.path,
+        severity=Severity.MEDIUM if scaler else None,
+        fix=_fix(request, have, missing, largest.ref.name),
+    )
+
+
+def _gpu_total(quantities: Mapping[str, Decimal]) -> Decimal:
+    return sum((v for k, v in quantities.items() if is_gpu_resource(k)), Decimal(0))
+
+
+def _fmt(name: str, value: Decimal) -> str:
+    """Byte quantities in the largest binary unit that divides them, as kubectl shows them."""
+    if name in ("memory", "ephemeral-storage") or name.startswith("hugepages-"):
+        for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+            if value >= size and value % size == 0:
+                return f"{format_quantity(value / size)}{unit}"
+    return format_quantity(value)
+
+
+def _fix(
+    request: Mapping[str, Decimal], have: Mapping[str, Decimal], missing: list[str], node: str
+) -> dict[str, str]:
+    gpu = next((k for k in sorted(request) if is_gpu_resource(k)), "nvidia.com/gpu")
+    resource = missing[0] if missing else gpu
+    fits = have.get(resource, Decimal(0))
+    return {
+        "short": ", ".join(f"{n} {_fmt(n, request[n])}" for n in missing or [gpu]),
+        "largest": node or "(none launchable)",
+        "resource": resource,
+        "fits": _fmt(resource, fits) if fits > 0 else "1",
+    }

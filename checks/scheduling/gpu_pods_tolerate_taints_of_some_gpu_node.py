@@ -1,0 +1,99 @@
+from collections.abc import Iterator
+
+from gpu_audit.api import (
+    WORKLOAD_TYPES,
+    Category,
+    PodTemplate,
+    Result,
+    Severity,
+    Snapshot,
+    check,
+    failed,
+    gpu_pod_templates,
+    passed,
+)
+from gpu_audit.checks.scheduling._common import (
+    Placement,
+    auto_tolerated,
+    blocking_taints,
+    gpu_placements,
+)
+
+_SHOWN = 3
+
+
+@check(
+    id="GPU-SCHED-001",
+    title="GPU pods tolerate every NoSchedule/NoExecute taint of at least one GPU node they may land on",
+    category=Category.SCHEDULING,
+    severity=Severity.HIGH,
+    requires=("Node", WORKLOAD_TYPES),
+    rationale="""
+        GPU node pools are usually tainted so that CPU pods stay off. A GPU pod that does not
+        tolerate the taints of any GPU node its selectors allow stays Pending forever ("had
+        untolerated taint"), or is evicted again on a NoExecute taint, and nothing in the
+        manifest says why. The automatic toleration of ExtendedResourceToleration only covers a
+        NoSchedule taint keyed by the requested resource name.
+    """,
+    detection="""
+        For every pod template requesting GPUs: the GPU nodes that pass its nodeSelector and
+        required node affinity, plus the Karpenter NodePools that may launch GPU instances
+        satisfying them (permanent taints only; startupTaints are removed after boot). Fails
+        when every such candidate has a NoSchedule/NoExecute taint the pod does not tolerate.
+        Not counted as blocking: PreferNoSchedule, lifecycle taints (node.kubernetes.io/*,
+        node.cloudprovider.kubernetes.io/*, karpenter.sh/disrupted, cluster-autoscaler's), and a
+        NoSchedule taint whose key is an extended resource the pod requests, which the
+        ExtendedResourceToleration admission plugin tolerates on GKE, EKS >= 1.19 and AKS (the
+        pass message says when that was assumed). Templates with no candidate GPU node at all
+        are left to GPU-SCHED-002; pods that request no GPU are not evaluated.
+    """,
+    remediation="""
+        # $kind $namespace/$name: add under $path (taints on the GPU nodes:
+        # kubectl get nodes -l nvidia.com/gpu.present=true -o jsonpath='{..taints}')
+        tolerations:
+          - key: "$key"
+            operator: Exists
+            effect: $effect
+    """,
+    references=(
+        "https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/",
+        "https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#extendedresourcetoleration",
+        "https://github.com/kubernetes/kubernetes/pull/55839",
+        "https://karpenter.sh/docs/concepts/nodepools/",
+    ),
+)
+def gpu_pods_tolerate_taints_of_some_gpu_node(snapshot: Snapshot) -> Iterator[Result]:
+    for template in gpu_pod_templates(snapshot):
+        candidates = gpu_placements(snapshot, template.spec)
+        if candidates:
+            yield _verdict(template, candidates)
+
+
+def _verdict(template: PodTemplate, candidates: list[Placement]) -> Result:
+    path = f"{template.path}.tolerations"
+    blocked: list[tuple[Placement, list[str]]] = []
+    for candidate in candidates:
+        taints = blocking_taints(template, candidate.taints)
+        if not taints:
+            return passed(template, _pass_message(template, candidate), path=path)
+        blocked.append((candidate, [str(t) for t in taints]))
+    first = blocking_taints(template, candidates[0].taints)[0]
+    details = "; ".join(f"{c.label}: {', '.join(t)}" for c, t in blocked[:_SHOWN])
+    more = f" (and {len(blocked) - _SHOWN} more)" if len(blocked) > _SHOWN else ""
+    return failed(
+        template,
+        f"tolerates no candidate GPU node's taints: {details}{more}",
+        path=path,
+        fix={"key": first.key, "effect": first.effect, "path": template.path},
+    )
+
+
+def _pass_message(template: PodTemplate, candidate: Placement) -> str:
+    message = f"tolerates every hard taint of {candidate.label}"
+    assumed = auto_tolerated(template, candidate.taints)
+    if assumed:
+        names = ", ".join(str(t) for t in assumed)
+        message += (
+            f" ({names} assumed tolerated by the ExtendedResourceToleration admission plugin)"
+        )
+    return message

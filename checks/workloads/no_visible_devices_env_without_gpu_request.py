@@ -1,0 +1,164 @@
+from collections.abc import Iterator
+
+from gpu_audit.api import (
+    WORKLOAD_TYPES,
+    Category,
+    Container,
+    Result,
+    Severity,
+    Snapshot,
+    as_list,
+    as_mapping,
+    check,
+    failed,
+    gpu_nodes,
+    passed,
+    pod_templates,
+)
+from gpu_audit.checks.workloads._common import (
+    env_list_value,
+    gpu_count,
+    is_gpu_stack,
+    is_privileged,
+    resolved_env,
+)
+
+VARIABLE = "NVIDIA_VISIBLE_DEVICES"
+ACCEPT_ENVVAR = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
+# Values with which the NVIDIA runtime injects no GPU at all.
+NO_GPU_VALUES = frozenset({"", "void", "none"})
+
+_REMOVE = """\
+# remove NVIDIA_VISIBLE_DEVICES from env: the device plugin sets it for the allocated GPUs
+resources:
+  limits:
+    nvidia.com/gpu: 1"""
+_VOID = """\
+env:
+  - name: NVIDIA_VISIBLE_DEVICES
+    value: void   # or delete it and request the GPU: resources.limits.nvidia.com/gpu: 1"""
+
+
+@check(
+    id="GPU-WL-004",
+    title="Containers that request no GPU do not set NVIDIA_VISIBLE_DEVICES",
+    category=Category.WORKLOADS,
+    severity=Severity.HIGH,
+    requires=(WORKLOAD_TYPES,),
+    rationale="""
+        Unless the container toolkit is told to ignore it, the NVIDIA runtime honours
+        NVIDIA_VISIBLE_DEVICES from the container's own environment. A pod that requests no
+        GPU but sets it to "all" (or to device ids) uses every GPU of the node while the
+        scheduler, quotas and cost reports count none, and it collides with the pods those
+        GPUs were allocated to.
+    """,
+    detection="""
+        Every container and init container, except the GPU stack's own node agents (DaemonSets
+        built only from NVIDIA operand images: device plugin, GFD, DCGM, MIG manager, driver,
+        toolkit, validator, NFD, network operator). NVIDIA_VISIBLE_DEVICES is read from env,
+        then envFrom, resolving ConfigMaps present in the input; values from Secrets or field
+        refs are not judged. A container without GPUs whose value is not void/none/empty
+        fails high; low when the cluster ignores the variable for unprivileged containers
+        (toolkit ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED=false with a
+        volume-mounts or CDI device-list strategy in the ClusterPolicy or plugin DaemonSet, or
+        only Bottlerocket GPU nodes), but high again for privileged containers. A GPU container
+        that hard-codes the variable fails medium: which value wins is not settled upstream.
+        Images that bake the variable in (CUDA base images) are not visible in the manifest
+        and are not flagged.
+    """,
+    remediation="""
+        # $kind $namespace/$name, container $container
+        $snippet
+        # Cluster-wide, GPU Operator Helm values (unprivileged containers then ignore the variable):
+        # toolkit:
+        #   env:
+        #     - {name: ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED, value: "false"}
+        #     - {name: ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS, value: "true"}
+        # devicePlugin:
+        #   env:
+        #     - {name: DEVICE_LIST_STRATEGY, value: volume-mounts}
+    """,
+    references=(
+        "https://github.com/NVIDIA/k8s-device-plugin/issues/61",
+        "https://github.com/NVIDIA/k8s-device-plugin/issues/1605",
+        "https://github.com/NVIDIA/k8s-device-plugin/issues/90",
+    ),
+)
+def no_visible_devices_env_without_gpu_request(snapshot: Snapshot) -> Iterator[Result]:
+    mitigated = _envvar_ignored_when_unprivileged(snapshot)
+    for template in pod_templates(snapshot):
+        if is_gpu_stack(template):
+            continue
+        for container in template.containers():
+            yield from _judge(snapshot, container, mitigated)
+
+
+def _judge(snapshot: Snapshot, container: Container, mitigated: bool) -> Iterator[Result]:
+    is_set, value = resolved_env(snapshot, container, VARIABLE)
+    has_gpu = gpu_count(container) > 0
+    if not is_set:
+        if has_gpu:
+            yield passed(container, f"requests GPUs and leaves {VARIABLE} to the device plugin")
+        return
+    if value is None:
+        return  # from a Secret, a field ref or an absent ConfigMap: unknown
+    if has_gpu:
+        yield failed(
+            container,
+            f"requests GPUs but hard-codes {VARIABLE}={value!r}; the device plugin's value "
+            "may not win and the container can see more GPUs than it was allocated",
+            severity=Severity.MEDIUM,
+            fix={"container": container.name, "snippet": _REMOVE},
+        )
+    elif value.strip().lower() in NO_GPU_VALUES:
+        yield passed(container, f"requests no GPU and sets {VARIABLE}={value!r} (no GPU)")
+    else:
+        privileged = is_privileged(container)
+        severity = Severity.LOW if mitigated and not privileged else Severity.HIGH
+        note = (
+            "the cluster ignores it for unprivileged containers"
+            if severity is Severity.LOW
+            else "the NVIDIA runtime will expose those GPUs outside the scheduler's accounting"
+        )
+        yield failed(
+            container,
+            f"requests no GPU but sets {VARIABLE}={value!r}; {note}",
+            severity=severity,
+            fix={"container": container.name, "snippet": _VOID},
+        )
+
+
+def _envvar_ignored_when_unprivileged(snapshot: Snapshot) -> bool:
+    """Whether unprivileged containers' NVIDIA_VISIBLE_DEVICES is ignored cluster-wide."""
+    nodes = gpu_nodes(snapshot)
+    if nodes and all(
+        "bottlerocket" in str(as_mapping(n.status.get("nodeInfo")).get("osImage", "")).lower()
+        for n in nodes
+    ):
+        return True  # Bottlerocket's runtime defaults: envvar off, volume mounts on
+    envs = list(_component_envs(snapshot))
+    accept = [v for env in envs if (v := env_list_value(env, ACCEPT_ENVVAR)) is not None]
+    strategies = [v for env in envs if (v := env_list_value(env, "DEVICE_LIST_STRATEGY"))]
+    cdi = any(
+        as_mapping(p.spec.get("cdi")).get("enabled") is True
+        for p in snapshot.of("ClusterPolicy.nvidia.com")
+    )
+    off = bool(accept) and all(v.strip().lower() == "false" for v in accept)
+    return off and (cdi or any(_not_envvar_only(s) for s in strategies))
+
+
+def _component_envs(snapshot: Snapshot) -> Iterator[list[object]]:
+    """The env lists that configure the toolkit and device plugin: ClusterPolicy component
+    env, and the env of the operand DaemonSets' containers (standalone installs)."""
+    for policy in snapshot.of("ClusterPolicy.nvidia.com"):
+        for component in ("toolkit", "devicePlugin"):
+            yield as_list(as_mapping(policy.spec.get(component)).get("env"))
+    for daemonset in snapshot.of("DaemonSet"):
+        spec = as_mapping(as_mapping(daemonset.spec.get("template")).get("spec"))
+        for raw in map(as_mapping, as_list(spec.get("containers"))):
+            yield as_list(raw.get("env"))
+
+
+def _not_envvar_only(strategy: str) -> bool:
+    parts = {p.strip() for p in strategy.split(",") if p.strip()}
+    return bool(parts - {"envvar"})

@@ -1,0 +1,59 @@
+"""What every check's metadata must satisfy, and the generated check reference."""
+
+from __future__ import annotations
+
+import re
+import string
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpu_audit.catalog import checks_markdown
+from gpu_audit.model import Category
+from gpu_audit.registry import load_checks
+
+CHECKS = load_checks(plugins=False)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("check_id", sorted(CHECKS))
+def test_metadata_is_complete(check_id: str) -> None:
+    c = CHECKS[check_id]
+    assert re.fullmatch(r"GPU-[A-Z]+-\d{3}", c.id)
+    assert c.title[0].isupper() and not c.title.endswith("."), c.title
+    assert len(c.rationale) > 60, "the rationale says why it matters"
+    assert c.detection, "the detection says how it decides"
+    assert c.references and all(r.startswith("https://") for r in c.references)
+    assert c.requires
+    assert c.module.startswith(f"gpu_audit.checks.{_package(c.category)}."), c.module
+    assert c.module.rsplit(".", 1)[1] == c.function.__name__  # type: ignore[attr-defined]
+
+
+def _package(category: Category) -> str:
+    return {"distributed-training": "distributed", "network-security": "network_security"}.get(category.value, category.value)
+
+
+@pytest.mark.parametrize("check_id", sorted(CHECKS))
+def test_remediation_template_uses_only_known_placeholders(check_id: str) -> None:
+    template = string.Template(CHECKS[check_id].remediation)
+    assert template.is_valid(), "a stray $ must be written $$"
+
+
+def test_builtin_checks_load_without_kubernetes_or_jinja2() -> None:
+    code = (
+        "import sys\n"
+        "from gpu_audit.registry import load_checks\n"
+        "from gpu_audit.sources.files import load_files\n"
+        "load_checks(plugins=False)\n"
+        "bad = sorted(m for m in ('kubernetes', 'jinja2') if m in sys.modules)\n"
+        "print(','.join(bad))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == ""
+
+
+def test_docs_checks_md_is_generated_from_the_registry() -> None:
+    committed = (ROOT / "docs" / "checks.md").read_text(encoding="utf-8")
+    assert committed == checks_markdown(CHECKS.values()), "docs/checks.md drifted: run `make docs`"

@@ -30,9 +30,10 @@ lint: install
 # mypy cannot follow setuptools' editable-install finder, so it reads the package through
 # a tree of links that mirrors the installed layout (gpu_audit/, gpu_audit/checks/, ...).
 typecheck: install
-	@rm -rf .typecheck && mkdir -p .typecheck/gpu_audit
-	@for f in scanner/*; do ln -s ../../$$f .typecheck/gpu_audit/; done
-	@ln -s ../../checks .typecheck/gpu_audit/checks && ln -s ../../reports .typecheck/gpu_audit/reports
+	@mkdir -p .typecheck/gpu_audit
+	@for f in scanner/*; do ln -sfn ../../$$f .typecheck/gpu_audit/; done
+	@ln -sfn ../../checks .typecheck/gpu_audit/checks && ln -sfn ../../reports .typecheck/gpu_audit/reports
+	@find .typecheck -xtype l -delete
 	MYPYPATH=.typecheck $(BIN)/mypy .typecheck/gpu_audit tests
 
 pytest: install

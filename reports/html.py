@@ -6,8 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 from gpu_audit.reports.base import Document, Renderer
-
-SEVERITIES = ("critical", "high", "medium", "low", "info")
+from gpu_audit.reports.table import SEVERITIES
 
 
 def _group_findings(document: Document) -> list[dict[str, Any]]:

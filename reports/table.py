@@ -9,6 +9,7 @@ from tabulate import tabulate
 
 from gpu_audit.reports.base import Document, Renderer
 
+SEVERITIES = ("critical", "high", "medium", "low", "info")
 _COLOURS = {"critical": "\033[1;31m", "high": "\033[31m", "medium": "\033[33m", "low": "\033[36m"}
 _RESET = "\033[0m"
 
@@ -49,7 +50,12 @@ def render_table(document: Document, color: bool = False) -> str:
         f"from {', '.join(document['source']['inputs']) or document['source']['type']}",
         f"Score {overall}  grade {grade}  coverage {_percent(cov['ratio'])} "
         f"({cov['evaluated']} of {cov['enabled'] - cov['not_applicable']} applicable checks evaluated)",
-        "Findings: " + ", ".join(f"{n} {sev}" for sev, n in summary["by_severity"].items() if n)
+        "Findings: "
+        + ", ".join(
+            f"{summary['by_severity'][sev]} {sev}"
+            for sev in SEVERITIES
+            if summary["by_severity"][sev]
+        )
         if summary["findings"]
         else "Findings: none",
         "",

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -23,6 +23,7 @@ from gpu_audit.model import Category, Check, Severity
 from gpu_audit.registry import RegistryError, load_checks, select_checks
 from gpu_audit.report import Document, build_report, load_report, timestamp_from_epoch
 from gpu_audit.reports import RENDERERS
+from gpu_audit.snapshot import Snapshot
 from gpu_audit.sources.files import load_files
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
@@ -91,6 +92,92 @@ def _emit(
         _write(renderer.render(document, color), target)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def live_options(function: F) -> F:
+    """Connection and listing options shared by `scan` (without --from-file) and `collect`."""
+    options = [
+        click.option(
+            "--kubeconfig",
+            metavar="PATH",
+            help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config).",
+        ),
+        click.option(
+            "--context", metavar="NAME", help="Kubeconfig context (default: the current one)."
+        ),
+        click.option(
+            "--in-cluster/--no-in-cluster",
+            default=None,
+            help="Use the pod's service account (auto-detected when running in a pod).",
+        ),
+        click.option(
+            "-n",
+            "--namespace",
+            metavar="NS",
+            help="Only this namespace (cluster-scoped kinds are still read).",
+        ),
+        click.option("-A", "--all-namespaces", is_flag=True, help="All namespaces (the default)."),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=1),
+            default=120.0,
+            show_default=True,
+            help="Overall deadline for reading the cluster, in seconds.",
+        ),
+        click.option(
+            "--page-size",
+            type=click.IntRange(min=1),
+            default=500,
+            show_default=True,
+            help="Objects per list request.",
+        ),
+        click.option("-q", "--quiet", is_flag=True, help="No progress on stderr."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _progress(quiet: bool) -> Callable[[str, int], None] | None:
+    if quiet or not sys.stderr.isatty():
+        return None
+
+    def show(type_: str, objects: int) -> None:
+        click.echo(
+            f"\rgpu-audit: read {objects} objects (listing {type_})\033[K", err=True, nl=False
+        )
+
+    return show
+
+
+def _collect_live(types: Iterable[str], live: dict[str, Any]) -> Snapshot:
+    from gpu_audit.sources.live import Connection, ListOptions, LiveError, collect
+
+    if live["namespace"] and live["all_namespaces"]:
+        _fail(["--namespace and --all-namespaces cannot be used together"])
+    progress = _progress(live["quiet"])
+    try:
+        snapshot = collect(
+            types,
+            Connection(live["kubeconfig"], live["context"], live["in_cluster"]),
+            ListOptions(
+                namespace=live["namespace"], page_size=live["page_size"], timeout=live["timeout"]
+            ),
+            progress,
+        )
+    except LiveError as exc:
+        _fail([str(exc)], EXIT_INCOMPLETE)
+    finally:
+        if progress:
+            click.echo("\r\033[K", err=True, nl=False)
+    return snapshot
+
+
+def _required_types(checks: Iterable[Check]) -> set[str]:
+    return {t for c in checks for t in c.required_types}
+
+
 @click.group(epilog=EPILOG)
 @click.version_option(__version__, prog_name="gpu-audit")
 def main() -> None:
@@ -133,6 +220,7 @@ def main() -> None:
     help="Run only checks of these categories (name or id code, e.g. monitoring or MON).",
 )
 @click.option("--no-plugins", is_flag=True, help="Ignore third-party checks.")
+@live_options
 def scan(
     from_files: tuple[str, ...],
     formats: tuple[str, ...],
@@ -143,8 +231,12 @@ def scan(
     skip: tuple[str, ...],
     categories: tuple[str, ...],
     no_plugins: bool,
+    **live: Any,
 ) -> None:
     """Scan a cluster (or manifests) and report GPU misconfigurations.
+
+    Without --from-file, reads the cluster of the current kubeconfig context (or the pod's
+    service account in a pod), read-only, listing only what the enabled checks need.
 
     The report holds no wall-clock time unless SOURCE_DATE_EPOCH is set, so the same input
     gives byte-identical JSON.
@@ -158,16 +250,12 @@ def scan(
         enabled = select_checks(registry, only=_split(only), skip=_split(skip), categories=cats)
     except RegistryError as exc:
         _fail([str(exc)])
-    if not from_files:
-        _fail(
-            [
-                "live cluster scanning is not available in this version; "
-                "scan manifests or a `kubectl get -A -o yaml` dump with --from-file PATH (- for stdin)"
-            ]
-        )
     try:
-        snapshot = load_files(from_files, sys.stdin)
         generated_at = timestamp_from_epoch(os.environ.get("SOURCE_DATE_EPOCH"))
+        if from_files:
+            snapshot = load_files(from_files, sys.stdin)
+        else:
+            snapshot = _collect_live(_required_types(enabled.values()), live)
     except InputError as exc:
         _fail(exc.problems)
     runs = run_checks(enabled.values(), snapshot)
@@ -183,6 +271,24 @@ def scan(
         if any(Severity(f["severity"]).rank >= threshold for f in document["findings"]):
             sys.exit(EXIT_FINDINGS)
     sys.exit(EXIT_OK)
+
+
+@main.command()
+@click.option(
+    "--output-file", metavar="PATH", required=True, help="Where to write the snapshot JSON."
+)
+@click.option("--no-plugins", is_flag=True, help="Collect only what built-in checks read.")
+@live_options
+def collect(output_file: str, no_plugins: bool, **live: Any) -> None:
+    """Write the cluster's objects that the checks read to a snapshot file (Secret values are
+    never read), to scan later with `scan --from-file` or attach to a support ticket."""
+    from gpu_audit.sources.snapshot_file import dumps_snapshot
+
+    snapshot = _collect_live(_required_types(_registry(plugins=not no_plugins).values()), live)
+    _write(dumps_snapshot(snapshot), output_file)
+    for gap in snapshot.gaps:
+        click.echo(f"gpu-audit: not collected: {gap.type}: {gap.reason}", err=True)
+    sys.exit(EXIT_INCOMPLETE if snapshot.gaps else EXIT_OK)
 
 
 @main.command()

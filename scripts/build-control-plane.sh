@@ -42,9 +42,10 @@ if [[ -z "$go_cmd" ]]; then
     go_cmd=/usr/local/go/bin/go
   fi
 fi
-[[ -n "$go_cmd" ]] && "$go_cmd" version >/dev/null 2>&1 \
-  || die "Go is not installed (looked for \$GO, go on PATH, /usr/local/go/bin/go);" \
-         "it is needed to build kube-apiserver $k8s_version and etcd"
+if [[ -z "$go_cmd" ]] || ! "$go_cmd" version >/dev/null 2>&1; then
+  die "Go is not installed (looked for \$GO, go on PATH, /usr/local/go/bin/go);" \
+      "it is needed to build kube-apiserver $k8s_version and etcd"
+fi
 log "using $("$go_cmd" version)"
 
 mkdir -p "$cache_root/k8s-bin"
@@ -66,14 +67,16 @@ ver=${k8s_version#v}
 major=${ver%%.*}
 minor=${ver#*.}
 minor=${minor%%.*}
-build_date=$(cd "$mod_dir" && "$go_cmd" list -m -f '{{if .Time}}{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' \
-  k8s.io/kubernetes 2>/dev/null || true)
+build_date=$(cd "$mod_dir" \
+  && "$go_cmd" list -m -f '{{if .Time}}{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' \
+    k8s.io/kubernetes 2>/dev/null) || build_date=""
 build_date=${build_date:-1970-01-01T00:00:00Z}
 ldflags=""
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $pkg.gitVersion=$k8s_version"
   ldflags+=" -X $pkg.gitMajor=$major"
   ldflags+=" -X $pkg.gitMinor=$minor"
+  ldflags+=" -X $pkg.gitCommit="  # not known from the module proxy; better empty than $Format:%H$
   ldflags+=" -X $pkg.gitTreeState=clean"
   ldflags+=" -X $pkg.buildDate=$build_date"
 done

@@ -28,7 +28,7 @@ def test_metadata_is_complete(check_id: str) -> None:
     assert c.references and all(r.startswith("https://") for r in c.references)
     assert c.requires
     assert c.module.startswith(f"gpu_audit.checks.{_package(c.category)}."), c.module
-    assert c.module.rsplit(".", 1)[1] == c.function.__name__  # type: ignore[attr-defined]
+    assert c.module.rsplit(".", 1)[1] == c.function.__name__
 
 
 def _package(category: Category) -> str:

@@ -225,19 +225,18 @@ def nodepool_gpu_scope(nodepool: Resource) -> GpuScope:
 
 # Taints a node carries while it is still joining; its device plugin has not registered yet.
 _BOOTSTRAP_TAINTS = frozenset(
-    {
-        "node.cloudprovider.kubernetes.io/uninitialized",
-        "node.kubernetes.io/not-ready",
-        "karpenter.sh/unregistered",
-    }
+    {"node.cloudprovider.kubernetes.io/uninitialized", "karpenter.sh/unregistered"}
 )
 
 
 def is_bootstrapping(node: Resource) -> bool:
     """NotReady, or still carrying a join-time taint. Checks have no clock, so this replaces
     the catalogue's "younger than N minutes" guards."""
-    if node_is_ready(node) is False:
-        return True
+    return node_is_ready(node) is False or is_joining(node)
+
+
+def is_joining(node: Resource) -> bool:
+    """Still carrying a join-time taint: not ready yet, rather than broken."""
     return any(t.key in _BOOTSTRAP_TAINTS for t in node_taints(node))
 
 

@@ -7,7 +7,9 @@ rule that matched, so that findings can print it and users can waive a misclassi
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gpu_audit.api import Container, as_list
 
@@ -145,3 +147,25 @@ def flag_value(args: list[str], flag: str) -> str | None:
 
 def has_flag(args: list[str], flag: str) -> bool:
     return flag_value(args, flag) is not None
+
+
+def probe_budget(probe: Mapping[str, Any]) -> int:
+    """Seconds before a probe gives up on a container that never answers, with the API's
+    defaults (no initial delay, period 10 s, failure threshold 3)."""
+    return _int_field(probe, "initialDelaySeconds", 0) + _int_field(
+        probe, "failureThreshold", 3
+    ) * _int_field(probe, "periodSeconds", 10)
+
+
+def _int_field(probe: Mapping[str, Any], key: str, default: int) -> int:
+    value = probe.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def owned_by_kserve(container: Container) -> bool:
+    """KServe runtimes inject the model repository flag and manage readiness themselves."""
+    return KSERVE_ISVC_LABEL in container.template.labels or container.name == "kserve-container"
+
+
+def knative_managed(container: Container) -> bool:
+    return any(k.startswith("serving.knative.dev/") for k in container.template.labels)

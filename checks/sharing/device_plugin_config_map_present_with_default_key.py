@@ -88,7 +88,9 @@ def device_plugin_config_map_present_with_default_key(snapshot: Snapshot) -> Ite
                 path=_path(ref),
                 fix={
                     "summary": "set the default config (nvdp chart value config.default)",
-                    "command": f"helm upgrade --reuse-values <release> nvdp/nvidia-device-plugin "
+                    "command": "helm upgrade --reuse-values "
+                    f"{ref.referrer.labels.get('app.kubernetes.io/instance', 'nvdp')} "
+                    "nvdp/nvidia-device-plugin "
                     f"-n {ref.namespace} --set config.default={keys[0] if keys else 'default'}",
                 },
             )
@@ -102,7 +104,11 @@ def _missing(snapshot: Snapshot, ref: ConfigRef) -> Iterator[Result]:
     )
     if not elsewhere and not snapshot.in_namespace("ConfigMap", ref.namespace):
         return  # that namespace's ConfigMaps are not in the input: cannot tell
-    where = f"; it is in {', '.join(elsewhere)}, but a pod mounts only its own namespace's" if elsewhere else ""
+    where = (
+        f"; it is in {', '.join(elsewhere)}, but a pod mounts only its own namespace's"
+        if elsewhere
+        else ""
+    )
     yield failed(
         ref.referrer,
         f"references ConfigMap {ref.name!r}, which does not exist in {ref.namespace}{where}",

@@ -19,7 +19,8 @@ from gpu_audit.errors import InputError
 from gpu_audit.kinds import KNOWN_KINDS, resource_type
 from gpu_audit.model import ObjRef, Resource, SourceLocation
 from gpu_audit.redact import sanitize
-from gpu_audit.snapshot import Snapshot, SourceInfo
+from gpu_audit.snapshot import CollectionGap, Snapshot, SourceInfo
+from gpu_audit.sources.snapshot_file import is_snapshot_document
 
 SUFFIXES = (".yaml", ".yml", ".json")
 STDIN = "-"
@@ -33,6 +34,10 @@ class _Collected:
     resources: dict[ObjRef, Resource] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # From snapshot files: types collected even when empty, and types that could not be.
+    available: set[str] = field(default_factory=set)
+    gaps: list[CollectionGap] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 def expand_paths(paths: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -102,7 +107,9 @@ def _add_object(out: _Collected, obj: Any, name: str, doc: int, item: int | None
     if not isinstance(kind, str) or not kind:
         out.problems.append(f"{where}: missing kind")
         return
-    if item is None and kind.endswith("List") and "items" in obj:
+    if item is None and is_snapshot_document(obj):
+        _add_snapshot_extras(out, obj, where)
+    if item is None and (kind.endswith("List") or is_snapshot_document(obj)) and "items" in obj:
         items = obj["items"]
         if not isinstance(items, list):
             out.problems.append(f"{where}: {kind}.items is a {type(items).__name__}, not a list")
@@ -138,6 +145,22 @@ def _add_object(out: _Collected, obj: Any, name: str, doc: int, item: int | None
     out.resources[ref] = resource
 
 
+def _add_snapshot_extras(out: _Collected, obj: dict[str, Any], where: str) -> None:
+    available, gaps = obj.get("available", []), obj.get("gaps", [])
+    if not isinstance(available, list) or not isinstance(gaps, list):
+        out.problems.append(f"{where}: snapshot available/gaps must be lists")
+        return
+    out.available.update(str(t) for t in available)
+    for gap in gaps:
+        if not isinstance(gap, dict) or "type" not in gap or "reason" not in gap:
+            out.problems.append(f"{where}: snapshot gap {gap!r} needs type and reason")
+            continue
+        out.gaps.append(CollectionGap(str(gap["type"]), str(gap["reason"])))
+    source = obj.get("source")
+    if isinstance(source, dict) and isinstance(source.get("details"), dict):
+        out.details.update(source["details"])
+
+
 def _read(name: str, stdin: IO[str] | None) -> str:
     if name == STDIN:
         stream = stdin if stdin is not None else sys.stdin
@@ -165,4 +188,10 @@ def load_files(paths: Sequence[str], stdin: IO[str] | None = None) -> Snapshot:
     if out.problems:
         raise InputError(out.problems)
     inputs = tuple("<stdin>" if p == STDIN else p for p in paths)
-    return Snapshot(out.resources.values(), source=SourceInfo("files", inputs, tuple(out.warnings)))
+    present = {ref.kind for ref in out.resources}
+    return Snapshot(
+        out.resources.values(),
+        available=present | out.available,
+        gaps=out.gaps,
+        source=SourceInfo("files", inputs, tuple(out.warnings), out.details),
+    )

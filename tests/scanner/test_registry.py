@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.metadata
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,9 @@ def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str,
     (tmp_path / f"{module}.py").write_text(textwrap.dedent(PLUGIN.format(id=check_id)))
     monkeypatch.syspath_prepend(str(tmp_path))
     ep = FakeEntryPoint("acme", module, FakeDist("acme-gpu-checks"))
-    monkeypatch.setattr(registry.metadata, "entry_points", lambda group: [ep] if group == registry.ENTRY_POINT_GROUP else [])
+    monkeypatch.setattr(
+        importlib.metadata, "entry_points", lambda group: [ep] if group == registry.ENTRY_POINT_GROUP else []
+    )
 
 
 def test_builtin_checks_are_found_with_valid_ids() -> None:

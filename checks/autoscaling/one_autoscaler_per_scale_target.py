@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from gpu_audit.api import Category, Resource, Result, Severity, Snapshot, check, failed, passed
+
+from ._common import HPA, SCALED_OBJECT, is_keda_hpa, keda_hpa_names, scale_target
+
+
+@check(
+    id="GPU-HPA-003",
+    title="Each scale target has exactly one autoscaler",
+    category=Category.AUTOSCALING,
+    severity=Severity.HIGH,
+    requires=((HPA, SCALED_OBJECT),),
+    rationale="""
+        Two HPAs, or an HPA plus a KEDA ScaledObject (which drives its own generated HPA), on
+        the same Deployment fight over its replica count. Current Kubernetes detects HPAs whose
+        pods overlap and disables all of them (ScalingActive=False, AmbiguousSelector); older
+        clusters flap between the two answers. Either way a GPU inference service loses
+        autoscaling exactly when load arrives.
+    """,
+    detection="""
+        Groups HPAs and ScaledObjects by namespace and scaleTargetRef kind/name (a
+        ScaledObject's kind defaults to Deployment) and fails every member of a group of two
+        or more. Not counted as a second owner: the HPA KEDA generates for a ScaledObject
+        (ScaledObject ownerReference, status.hpaName, the advanced.horizontalPodAutoscalerConfig
+        name, or keda-hpa-<name>), which also covers an HPA adopted with
+        scaledobject.keda.sh/transfer-hpa-ownership. VPAs are not replica owners.
+    """,
+    remediation="""
+        # $kind $namespace/$name shares $target with $others: keep ONE autoscaler.
+        # With KEDA, fold the CPU/memory targets into the ScaledObject and delete the HPA:
+        apiVersion: keda.sh/v1alpha1
+        kind: ScaledObject
+        metadata:
+          name: $target_name
+          namespace: $namespace
+        spec:
+          scaleTargetRef:
+            name: $target_name
+          triggers:
+            - type: cpu
+              metricType: Utilization
+              metadata:
+                value: "70"
+        # then: kubectl -n $namespace delete hpa <the extra HPA>
+    """,
+    references=(
+        "https://keda.sh/docs/latest/reference/faq/",
+        "https://github.com/kubernetes/kubernetes/pull/112011",
+        "https://keda.sh/docs/latest/reference/scaledobject-spec/",
+    ),
+)
+def one_autoscaler_per_scale_target(snapshot: Snapshot) -> Iterator[Result]:
+    keda_names = keda_hpa_names(snapshot)
+    owners: dict[tuple[str, str, str], list[Resource]] = defaultdict(list)
+    for scaled in snapshot.of(SCALED_OBJECT):
+        owners[_key(scaled)].append(scaled)
+    for hpa in snapshot.of(HPA):
+        if not is_keda_hpa(hpa, keda_names):
+            owners[_key(hpa)].append(hpa)
+    for (_, kind, name), group in sorted(owners.items()):
+        target = f"{kind} {name}"
+        for owner in group:
+            others = [o for o in group if o is not owner]
+            if not others:
+                yield passed(
+                    owner, f"is the only autoscaler of {target}", path="spec.scaleTargetRef"
+                )
+                continue
+            listed = ", ".join(str(o.ref) for o in others)
+            yield failed(
+                owner,
+                f"autoscales {target} together with {listed}",
+                path="spec.scaleTargetRef",
+                fix={"target": target, "target_name": name, "others": listed},
+            )
+
+
+def _key(owner: Resource) -> tuple[str, str, str]:
+    target = scale_target(owner)
+    return (owner.ref.namespace, target.kind, target.name)

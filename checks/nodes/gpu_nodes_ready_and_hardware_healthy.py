@@ -1,0 +1,120 @@
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from gpu_audit.api import (
+    Category,
+    Resource,
+    Result,
+    Severity,
+    Snapshot,
+    as_list,
+    as_mapping,
+    check,
+    failed,
+    node_taints,
+    passed,
+    templates_of,
+)
+from gpu_audit.checks.nodes._common import gpu_hosts, is_joining
+
+# Vendor conditions that report GPU hardware health (EKS node monitoring agent).
+_HARDWARE_CONDITIONS = ("AcceleratedHardwareReady",)
+# Planned maintenance: Karpenter consolidation, the operator's driver upgrade controller.
+_MAINTENANCE_TAINTS = frozenset({"karpenter.sh/disrupted"})
+_UPGRADE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+
+
+@check(
+    id="GPU-NODE-006",
+    title="GPU nodes are Ready, hardware-healthy, and not left cordoned while idle",
+    category=Category.NODES,
+    severity=Severity.HIGH,
+    requires=("Node",),
+    rationale="""
+        A NotReady GPU node, or one whose accelerated hardware reports unhealthy, is lost GPU
+        capacity: pending GPU pods pile up while the instance still bills. Kubelet does not
+        evict pods from a GPU that became unhealthy. A GPU node cordoned with no GPU pod left
+        on it is pure cost.
+    """,
+    detection="""
+        Live (nodes with status.conditions): Ready not True fails high, except while the node
+        still carries join-time taints (uninitialized, karpenter.sh/unregistered); a
+        AcceleratedHardwareReady=False condition fails high; absent optional conditions are not
+        findings. With Pods in the input, a cordoned GPU node running no GPU pod fails medium,
+        unless Karpenter is disrupting it or the GPU Operator's driver upgrade is in progress.
+        The check has no clock, so the catalogue's 15-minute and 24-hour guards are not applied:
+        a node seen in a transient state is reported.
+    """,
+    remediation="""
+        kubectl describe node $name
+        # then either: kubectl uncordon $name   (maintenance done)
+        # or retire it: kubectl drain $name --ignore-daemonsets --delete-emptydir-data
+        #   && kubectl delete node $name   (and terminate the instance)
+    """,
+    references=(
+        "https://kubernetes.io/docs/reference/node/node-status/",
+        "https://docs.aws.amazon.com/eks/latest/userguide/node-health.html",
+        "https://github.com/kubernetes/kubernetes/issues/60388",
+    ),
+)
+def gpu_nodes_ready_and_hardware_healthy(snapshot: Snapshot) -> Iterator[Result]:
+    busy = _nodes_running_gpu_pods(snapshot) if snapshot.has("Pod") else None
+    for node in gpu_hosts(snapshot):
+        conditions = _conditions(node)
+        if "Ready" not in conditions:
+            continue  # a manifest, not a live node
+        problems = list(_problems(node, conditions, busy))
+        if not problems:
+            yield passed(node, _healthy_message(node, conditions), path="status.conditions")
+        for message, severity, path in problems:
+            yield failed(node, message, path=path, severity=severity)
+
+
+def _conditions(node: Resource) -> dict[str, Mapping[str, Any]]:
+    return {str(c.get("type")): c for c in map(as_mapping, as_list(node.status.get("conditions")))}
+
+
+def _problems(
+    node: Resource, conditions: Mapping[str, Mapping[str, Any]], busy: frozenset[str] | None
+) -> Iterator[tuple[str, Severity | None, str]]:
+    ready = conditions["Ready"]
+    if ready.get("status") != "True" and not is_joining(node):
+        reason = ready.get("reason") or ready.get("status")
+        yield f"is NotReady ({reason}): its GPUs are lost capacity", None, "status.conditions"
+    for name in _HARDWARE_CONDITIONS:
+        cond = conditions.get(name)
+        if cond is not None and cond.get("status") == "False":
+            detail = f"{cond.get('reason', '')} {cond.get('message', '')}".strip()
+            yield f"{name}=False: {detail or 'GPU hardware unhealthy'}", None, "status.conditions"
+    cordoned = node.spec.get("unschedulable") is True
+    if cordoned and busy is not None and node.ref.name not in busy and not _in_maintenance(node):
+        yield (
+            "is cordoned with no GPU pod on it: the instance bills for nothing",
+            Severity.MEDIUM,
+            "spec.unschedulable",
+        )
+
+
+def _healthy_message(node: Resource, conditions: Mapping[str, Mapping[str, Any]]) -> str:
+    if conditions["Ready"].get("status") != "True":
+        return "is NotReady while still joining the cluster"
+    if node.spec.get("unschedulable") is True:
+        return "is Ready; cordoned while GPU pods drain or maintenance runs"
+    return "is Ready and schedulable"
+
+
+def _in_maintenance(node: Resource) -> bool:
+    if _UPGRADE_LABEL in node.labels:
+        return True
+    return any(t.key in _MAINTENANCE_TAINTS for t in node_taints(node))
+
+
+def _nodes_running_gpu_pods(snapshot: Snapshot) -> frozenset[str]:
+    names: set[str] = set()
+    for pod in snapshot.of("Pod"):
+        if pod.status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        node_name = str(pod.spec.get("nodeName") or "")
+        if node_name and any(t.requests_gpu for t in templates_of(pod)):
+            names.add(node_name)
+    return frozenset(names)

@@ -1,0 +1,80 @@
+from collections.abc import Iterator
+
+from gpu_audit.api import (
+    Category,
+    Resource,
+    Result,
+    Severity,
+    Snapshot,
+    as_list,
+    as_mapping,
+    check,
+    failed,
+    passed,
+)
+from gpu_audit.checks.stack._common import CLUSTER_POLICY, active_cluster_policy
+
+
+def _failing_conditions(policy: Resource) -> str:
+    found = [
+        f"{c.get('reason', '')}: {c.get('message', '')}"
+        for c in map(as_mapping, as_list(policy.status.get("conditions")))
+        if (c.get("type") == "Error" and c.get("status") == "True")
+        or (c.get("type") == "Ready" and c.get("status") == "False")
+    ]
+    return f" ({'; '.join(dict.fromkeys(found))})" if found else ""
+
+
+@check(
+    id="GPU-STACK-001",
+    title="Exactly one ClusterPolicy exists and it reports ready",
+    category=Category.STACK,
+    severity=Severity.HIGH,
+    requires=(CLUSTER_POLICY,),
+    rationale="""
+        The GPU Operator reconciles one ClusterPolicy and marks every other one `ignored`, so
+        admins who edit a duplicate change nothing. A policy in `notReady` means some operand
+        (driver, toolkit, device plugin, validator...) is failing on some GPU node.
+    """,
+    detection="""
+        With several ClusterPolicies, each one in state `ignored` fails, or, without status
+        (offline manifests), every one but the oldest by creationTimestamp. The reconciled
+        policy fails when status.state is notReady (with its Error/Ready=False conditions),
+        passes when ready, and passes on the duplicate count alone when it has no status.
+        Not done: the 10-minute grace for a policy that is still installing (checks cannot read
+        the clock) and the GPUCluster (DRA) coexistence error (type not collected).
+    """,
+    remediation="""
+        $command   # $summary
+    """,
+    references=(
+        "https://github.com/NVIDIA/gpu-operator/blob/main/api/nvidia/v1/clusterpolicy_types.go",
+    ),
+)
+def single_cluster_policy_ready(snapshot: Snapshot) -> Iterator[Result]:
+    active = active_cluster_policy(snapshot)
+    for policy in snapshot.of(CLUSTER_POLICY):
+        if policy is not active:
+            yield failed(
+                policy,
+                f"is a duplicate the operator ignores; it reconciles only "
+                f"{active.ref.name if active else 'one policy'}",
+                path="status.state",
+                fix={
+                    "summary": "merge any settings you need into the reconciled policy first",
+                    "command": f"kubectl delete clusterpolicies.nvidia.com/{policy.ref.name}",
+                },
+            )
+        elif policy.status.get("state") == "notReady":
+            yield failed(
+                policy,
+                f"reports state notReady{_failing_conditions(policy)}",
+                path="status.state",
+                fix={
+                    "summary": "read status.conditions, then the failing operand's pods",
+                    "command": f"kubectl describe clusterpolicies.nvidia.com/{policy.ref.name}",
+                },
+            )
+        else:
+            state = policy.status.get("state")
+            yield passed(policy, f"is the only reconciled ClusterPolicy (state {state or 'n/a'})")

@@ -1,0 +1,223 @@
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+
+from gpu_audit.api import (
+    Category,
+    Resource,
+    Result,
+    Severity,
+    Snapshot,
+    check,
+    failed,
+    passed,
+    str_map,
+)
+
+FSX = "fsx.csi.aws.com"
+EFS = "efs.csi.aws.com"
+_PROVISIONER_KEYS = "csi.storage.k8s.io/"
+_STATIC_KEYS = {
+    "volumehandle",
+    "dnsname",
+    "mountname",
+    "filesystemid",
+    "volumeid",
+    "fsid",
+}
+_EFS_PV_KEYS = {"volumehandle", "dnsname", "mountname"}
+_PERSISTENT_ONLY = (
+    "perUnitStorageThroughput",
+    "kmsKeyId",
+    "driveCacheType",
+    "efaEnabled",
+    "metadataConfigurationMode",
+    "metadataIops",
+)
+_PERSISTENT_2_ONLY = ("efaEnabled", "metadataConfigurationMode", "metadataIops")
+_THROUGHPUT = {
+    "PERSISTENT_1": {"50", "100", "200", "12", "40"},
+    "PERSISTENT_2": {"125", "250", "500", "1000"},
+}
+
+# (message, severity, parameter keys the fix drops)
+Problem = tuple[str, Severity, tuple[str, ...]]
+
+
+@check(
+    id="GPU-STO-003",
+    title="FSx for Lustre and other CSI StorageClasses carry only valid dynamic-provisioning parameters",
+    category=Category.STORAGE,
+    severity=Severity.MEDIUM,
+    requires=("StorageClass",),
+    rationale="""
+        A StorageClass creates new volumes. Static-volume fields (volumeHandle, dnsname,
+        mountname, an FSx fileSystemId) in it do not mount the existing dataset: the upstream
+        FSx driver ignores unknown keys and creates a brand-new, empty, billed file system.
+        PERSISTENT-only options on a SCRATCH deployment type, or throughput values the
+        deployment type does not offer, make CreateFileSystem fail and leave every dataset
+        claim Pending while GPU jobs wait.
+    """,
+    detection="""
+        FSx StorageClasses: static-volume keys (high), missing subnetId or securityGroupIds,
+        PERSISTENT-only parameters (perUnitStorageThroughput, kmsKeyId, driveCacheType,
+        efaEnabled, metadata*) or HDD/INTELLIGENT_TIERING storage with SCRATCH_1/SCRATCH_2
+        (the default is SCRATCH_1), PERSISTENT_2-only options on PERSISTENT_1, HDD without
+        driveCacheType, per-unit throughput outside the deployment type's values (medium),
+        automatic backups on scratch or retention above 90 days. EFS: PV fields volumeHandle/
+        dnsname/mountname (low); fileSystemId with provisioningMode efs-ap is valid. Other
+        drivers: volumeHandle (low). Keys prefixed csi.storage.k8s.io/ are always allowed.
+    """,
+    remediation="""
+        # $kind $name: $problem
+        # StorageClass parameters are immutable: recreate the class with only provisioning
+        # parameters (an existing file system is mounted through a PersistentVolume instead;
+        # for throughput, KMS or backups choose a PERSISTENT deploymentType).
+        apiVersion: storage.k8s.io/v1
+        kind: StorageClass
+        metadata:
+          name: $name
+        provisioner: $provisioner
+        parameters: $parameters
+    """,
+    references=(
+        "https://github.com/kubernetes-sigs/aws-fsx-csi-driver/blob/master/examples/kubernetes/dynamic_provisioning/README.md",
+        "https://github.com/kubernetes-sigs/aws-fsx-csi-driver/blob/master/examples/kubernetes/static_provisioning/README.md",
+        "https://github.com/kubernetes-sigs/aws-efs-csi-driver/blob/master/docs/README.md",
+    ),
+)
+def storage_class_parameters_valid_for_dynamic_provisioning(
+    snapshot: Snapshot,
+) -> Iterator[Result]:
+    for sc in snapshot.of("StorageClass"):
+        provisioner = str(sc.raw.get("provisioner", ""))
+        params = {
+            k: v
+            for k, v in str_map(sc.raw.get("parameters")).items()
+            if not k.startswith(_PROVISIONER_KEYS)
+        }
+        if provisioner == FSX:
+            problems = [*_fsx_static(params), *_fsx_deployment(params)]
+        elif provisioner == EFS:
+            problems = _static_keys(params, _EFS_PV_KEYS, "PersistentVolume fields")
+        elif "volumehandle" in {k.lower() for k in params}:
+            problems = _static_keys(params, {"volumehandle"}, "a PersistentVolume field")
+        else:
+            continue
+        yield from _results(sc, provisioner, params, problems)
+
+
+def _results(
+    sc: Resource, provisioner: str, params: Mapping[str, str], problems: list[Problem]
+) -> Iterator[Result]:
+    if not problems:
+        yield passed(sc, f"{provisioner} parameters are valid for dynamic provisioning")
+        return
+    cleaned = dict(params)
+    for _, _, keys in problems:
+        for key in keys:
+            cleaned.pop(key, None)
+    if provisioner == FSX:
+        cleaned.setdefault("subnetId", "subnet-REPLACE-ME")
+        cleaned.setdefault("securityGroupIds", "sg-REPLACE-ME")
+    for problem, severity, _ in problems:
+        yield failed(
+            sc,
+            problem,
+            path="parameters",
+            severity=severity if severity is not Severity.MEDIUM else None,
+            fix={
+                "problem": problem,
+                "provisioner": provisioner,
+                "parameters": json.dumps(cleaned, sort_keys=True),
+            },
+        )
+
+
+def _static_keys(params: Mapping[str, str], keys: set[str], what: str) -> list[Problem]:
+    bad = sorted(k for k in params if k.lower() in keys)
+    if not bad:
+        return []
+    return [(f"{', '.join(bad)} are {what}, not StorageClass parameters", Severity.LOW, tuple(bad))]
+
+
+def _fsx_static(params: Mapping[str, str]) -> list[Problem]:
+    problems: list[Problem] = []
+    bad = sorted(k for k in params if k.lower() in _STATIC_KEYS)
+    if bad:
+        problems.append(
+            (
+                f"static-volume keys {', '.join(bad)} in a dynamic StorageClass: the driver "
+                "ignores them and provisions a new, empty file system; mount an existing one "
+                "with a PersistentVolume",
+                Severity.HIGH,
+                tuple(bad),
+            )
+        )
+    missing = [k for k in ("subnetId", "securityGroupIds") if not params.get(k)]
+    if missing:
+        problems.append(
+            (f"FSx dynamic provisioning requires {', '.join(missing)}", Severity.MEDIUM, ())
+        )
+    return problems
+
+
+def _fsx_deployment(params: Mapping[str, str]) -> list[Problem]:
+    deployment = params.get("deploymentType", "SCRATCH_1").upper()
+    storage = params.get("storageType", "SSD").upper()
+    problems: list[Problem] = []
+    if deployment.startswith("SCRATCH"):
+        bad = [k for k in _PERSISTENT_ONLY if k in params]
+        if bad:
+            problems.append(
+                (
+                    f"{', '.join(bad)} are PERSISTENT-only but deploymentType is {deployment}",
+                    Severity.MEDIUM,
+                    tuple(bad),
+                )
+            )
+        if storage in ("HDD", "INTELLIGENT_TIERING"):
+            problems.append(
+                (
+                    f"storageType {storage} is not valid with {deployment}",
+                    Severity.MEDIUM,
+                    ("storageType",),
+                )
+            )
+        if _backups_requested(params):
+            problems.append(
+                (
+                    f"automatic backups are not supported on {deployment} file systems",
+                    Severity.LOW,
+                    ("automaticBackupRetentionDays", "dailyAutomaticBackupStartTime"),
+                )
+            )
+    if deployment == "PERSISTENT_1":
+        bad = [k for k in _PERSISTENT_2_ONLY if k in params]
+        if bad:
+            problems.append(
+                (f"{', '.join(bad)} are PERSISTENT_2-only", Severity.MEDIUM, tuple(bad))
+            )
+    if storage == "HDD" and "driveCacheType" not in params:
+        problems.append(("storageType HDD requires driveCacheType", Severity.MEDIUM, ()))
+    throughput = params.get("perUnitStorageThroughput")
+    allowed = _THROUGHPUT.get(deployment)
+    if throughput is not None and allowed is not None and throughput not in allowed:
+        problems.append(
+            (
+                f"perUnitStorageThroughput {throughput} is not one of {sorted(allowed, key=int)} "
+                f"for {deployment}",
+                Severity.MEDIUM,
+                (),
+            )
+        )
+    retention = params.get("automaticBackupRetentionDays", "")
+    if retention.isdigit() and int(retention) > 90:
+        problems.append(("automaticBackupRetentionDays is capped at 90", Severity.MEDIUM, ()))
+    return problems
+
+
+def _backups_requested(params: Mapping[str, str]) -> bool:
+    retention = params.get("automaticBackupRetentionDays", "0")
+    return (retention.isdigit() and int(retention) > 0) or "dailyAutomaticBackupStartTime" in params

@@ -1,0 +1,123 @@
+from collections.abc import Iterator
+
+from gpu_audit.api import (
+    NVIDIA_GPU,
+    WORKLOAD_TYPES,
+    Category,
+    Container,
+    PodTemplate,
+    Result,
+    Severity,
+    Snapshot,
+    as_list,
+    as_mapping,
+    check,
+    failed,
+    passed,
+    pod_templates,
+    str_map,
+)
+from gpu_audit.checks.workloads._common import (
+    added_capabilities,
+    is_gpu_stack,
+    is_privileged,
+    volume,
+)
+
+# Capabilities that let a container mknod or mount its way to every GPU device node.
+_DANGEROUS_CAPS = frozenset({"SYS_ADMIN", "ALL"})
+
+
+@check(
+    id="GPU-WL-005",
+    title="GPU workload containers are not privileged",
+    category=Category.WORKLOADS,
+    severity=Severity.HIGH,
+    requires=(WORKLOAD_TYPES,),
+    rationale="""
+        A privileged container gets every host device, so it sees and uses all GPUs of the
+        node whatever its nvidia.com/gpu limit says, and collides with the pods those GPUs
+        were allocated to. It is also a full node-escape primitive on the most expensive
+        nodes of the cluster. SYS_ADMIN or host /dev mounts bypass the device plugin the same
+        way.
+    """,
+    detection="""
+        Every container and init container of pod templates that request GPUs, explicitly
+        tolerate the nvidia.com/gpu taint, or select nodes by an nvidia.com/gpu* label:
+        privileged: true fails high; capabilities.add SYS_ADMIN or ALL, or a hostPath mount of
+        /dev, /dev/nvidia* or /dev/dri, fail medium. The GPU stack's own node agents
+        (DaemonSets built only from NVIDIA operand images) are not evaluated, nor are pods
+        that only tolerate every taint (CNI, CSI and kube-proxy DaemonSets).
+    """,
+    remediation="""
+        # $kind $namespace/$name, container $container
+        securityContext:
+          privileged: false
+          allowPrivilegeEscalation: false
+          capabilities: {drop: ["ALL"]}
+        resources:
+          limits: {nvidia.com/gpu: 1}   # the device plugin injects exactly the allocated GPUs
+        # Enforce it: kubectl label ns $namespace pod-security.kubernetes.io/enforce=baseline
+    """,
+    references=(
+        "https://github.com/NVIDIA/k8s-device-plugin/issues/336",
+        "https://github.com/NVIDIA/k8s-device-plugin/issues/161",
+        "https://kubernetes.io/docs/concepts/security/pod-security-standards/",
+    ),
+)
+def gpu_containers_not_privileged(snapshot: Snapshot) -> Iterator[Result]:
+    for template in pod_templates(snapshot):
+        if not _targets_gpus(template) or is_gpu_stack(template):
+            continue
+        for container in template.containers():
+            yield _judge(template, container)
+
+
+def _targets_gpus(template: PodTemplate) -> bool:
+    if template.requests_gpu:
+        return True
+    tolerations = map(as_mapping, as_list(template.spec.get("tolerations")))
+    if any(t.get("key") == NVIDIA_GPU for t in tolerations):
+        return True
+    return any(k.startswith(NVIDIA_GPU) for k in str_map(template.spec.get("nodeSelector")))
+
+
+def _judge(template: PodTemplate, container: Container) -> Result:
+    fix = {"container": container.name}
+    context = f"{container.path}.securityContext"
+    if is_privileged(container):
+        return failed(
+            container,
+            "is privileged: it sees every GPU of the node, not just the allocated ones",
+            path=f"{context}.privileged",
+            fix=fix,
+        )
+    caps = sorted(added_capabilities(container) & _DANGEROUS_CAPS)
+    if caps:
+        return failed(
+            container,
+            f"adds capabilities {', '.join(caps)}, enough to reach every GPU device",
+            path=f"{context}.capabilities.add",
+            severity=Severity.MEDIUM,
+            fix=fix,
+        )
+    device_mounts = _host_device_mounts(template, container)
+    if device_mounts:
+        return failed(
+            container,
+            f"mounts host device nodes {', '.join(device_mounts)}, bypassing the device plugin",
+            path=f"{container.path}.volumeMounts",
+            severity=Severity.MEDIUM,
+            fix=fix,
+        )
+    return passed(container, "is unprivileged and gets GPUs only through the device plugin")
+
+
+def _host_device_mounts(template: PodTemplate, container: Container) -> list[str]:
+    found = []
+    for mount in map(as_mapping, as_list(container.raw.get("volumeMounts"))):
+        host = as_mapping(volume(template, str(mount.get("name", ""))).get("hostPath"))
+        path = str(host.get("path", "")).rstrip("/")
+        if path == "/dev" or path.startswith(("/dev/nvidia", "/dev/dri")):
+            found.append(path)
+    return found

@@ -1,0 +1,365 @@
+"""Live input: list what the enabled checks read from the Kubernetes API, read-only.
+
+The only module that talks to a cluster. It keeps raw JSON (no typed models: several times
+slower, and they change key case), pages every list, lists kinds concurrently with a bound,
+retries throttling and server errors under one overall deadline, and turns a 403 or a missing
+CRD into a recorded gap instead of an abort. Secrets are never listed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_audit.kinds import BUILTIN_GROUPS, KNOWN_KINDS, KindInfo
+from gpu_audit.model import ObjRef, Resource, SourceLocation
+from gpu_audit.redact import sanitize
+from gpu_audit.snapshot import CollectionGap, Snapshot, SourceInfo
+
+NEVER_LISTED = frozenset({"Secret"})
+RETRYABLE = frozenset({429, 500, 502, 503, 504})
+MAX_LIST_RESTARTS = 3
+LIVE_SOURCE = SourceLocation("")
+
+
+class LiveError(Exception):
+    """The cluster cannot be scanned at all: unreachable, or the credentials are rejected."""
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    kubeconfig: str | None = None
+    context: str | None = None
+    in_cluster: bool | None = None  # None: auto-detect a pod's service account
+
+
+@dataclass(frozen=True, slots=True)
+class ListOptions:
+    namespace: str | None = None  # None: all namespaces
+    page_size: int = 500
+    timeout: float = 120.0  # overall deadline for the whole collection, in seconds
+    workers: int = 4
+
+
+Progress = Callable[[str, int], None]  # (resource type, objects so far)
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """A retryable failure of one request."""
+
+    reason: str
+    retry_after: float | None = None
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+@dataclass
+class _Client:
+    """GET/POST raw JSON through the kubernetes client's configured transport and auth."""
+
+    api: Any
+    deadline: float
+    request_timeout: float = 30.0
+
+    def _call(self, method: str, path: str, query: list[tuple[str, str]], body: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError as Urllib3Error
+
+        attempt = 0
+        while True:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"timed out ({method} {path})")
+            try:
+                response = self.api.call_api(
+                    path,
+                    method,
+                    query_params=query,
+                    header_params={
+                        "Accept": "application/json",
+                        "Content-Type": "application/json",
+                    },
+                    body=body,
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                    _request_timeout=min(self.request_timeout, remaining),
+                )
+                raw = response[0].data if isinstance(response, tuple) else response.data
+                return json.loads(raw)
+            except ApiException as exc:
+                if exc.status not in RETRYABLE:
+                    raise _HttpError(exc.status, str(exc.reason)) from None
+                retry_after = _retry_after(exc.headers)
+                failure = _Failure(f"HTTP {exc.status}", retry_after)
+            except (Urllib3Error, OSError, json.JSONDecodeError) as exc:
+                failure = _Failure(type(exc).__name__)
+            attempt += 1
+            pause = (
+                failure.retry_after
+                if failure.retry_after is not None
+                else min(0.2 * 2**attempt, 5.0)
+            )
+            if time.monotonic() + pause >= self.deadline:
+                raise TimeoutError(
+                    f"gave up after {attempt} attempts ({failure}) on {method} {path}"
+                )
+            time.sleep(pause)
+
+    def get(self, path: str, query: Iterable[tuple[str, str]] = ()) -> Any:
+        return self._call("GET", path, list(query), None)
+
+    def post(self, path: str, body: Any) -> Any:
+        return self._call("POST", path, [], body)
+
+
+def _retry_after(headers: Any) -> float | None:
+    value = (headers or {}).get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _api_client(connection: Connection) -> tuple[Any, str, str]:
+    """A configured ApiClient, the server URL and a context name."""
+    import os
+
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    configuration = client.Configuration()
+    in_cluster = connection.in_cluster
+    if in_cluster is None:
+        in_cluster = (
+            connection.kubeconfig is None
+            and "KUBECONFIG" not in os.environ
+            and "KUBERNETES_SERVICE_HOST" in os.environ
+        )
+    try:
+        if in_cluster:
+            loader = config.incluster_config.InClusterConfigLoader(
+                token_filename=config.incluster_config.SERVICE_TOKEN_FILENAME,
+                cert_filename=config.incluster_config.SERVICE_CERT_FILENAME,
+            )
+            loader.load_and_set(configuration)
+            context = "in-cluster"
+        else:
+            config.load_kube_config(
+                config_file=connection.kubeconfig,
+                context=connection.context,
+                client_configuration=configuration,
+            )
+            _, active = config.list_kube_config_contexts(config_file=connection.kubeconfig)
+            context = connection.context or (active or {}).get("name", "")
+    except (ConfigException, OSError, TypeError, ValueError) as exc:
+        where = (
+            "in-cluster service account" if in_cluster else (connection.kubeconfig or "kubeconfig")
+        )
+        raise LiveError(f"cannot load {where}: {exc}") from None
+    return client.ApiClient(configuration), configuration.host, context
+
+
+@dataclass
+class _Collection:
+    resources: list[Resource] = field(default_factory=list)
+    available: set[str] = field(default_factory=set)
+    gaps: list[CollectionGap] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    count: int = 0
+
+
+def _resource_name(info: KindInfo) -> str:
+    return info.plural if not info.group else f"{info.plural}.{info.group}"
+
+
+def _served_versions(client: _Client, groups: set[str]) -> dict[str, dict[str, set[str]]]:
+    """For each wanted API group: version -> resource plurals the server serves."""
+    served: dict[str, dict[str, set[str]]] = {}
+    if "" in groups:
+        core = client.get("/api/v1")
+        served[""] = {"v1": {r["name"] for r in core.get("resources", [])}}
+    wanted = groups - {""}
+    if not wanted:
+        return served
+    for group in client.get("/apis").get("groups", []):
+        name = group.get("name", "")
+        if name not in wanted:
+            continue
+        versions: dict[str, set[str]] = {}
+        for version in group.get("versions", []):
+            gv = version.get("groupVersion", "")
+            listing = client.get(f"/apis/{gv}")
+            versions[version.get("version", "")] = {r["name"] for r in listing.get("resources", [])}
+        served[name] = versions
+    return served
+
+
+def _pick_version(info: KindInfo, served: dict[str, dict[str, set[str]]]) -> str | None:
+    versions = served.get(info.group, {})
+    for version in (*info.versions, *sorted(versions)):
+        if info.plural in versions.get(version, set()):
+            return version
+    return None
+
+
+def _list_path(info: KindInfo, version: str, namespace: str | None) -> str:
+    prefix = f"/api/{version}" if not info.group else f"/apis/{info.group}/{version}"
+    if info.namespaced and namespace:
+        return f"{prefix}/namespaces/{namespace}/{info.plural}"
+    return f"{prefix}/{info.plural}"
+
+
+def _list_kind(
+    client: _Client,
+    info: KindInfo,
+    version: str,
+    options: ListOptions,
+    out: _Collection,
+    progress: Progress | None,
+) -> None:
+    api_version = version if not info.group else f"{info.group}/{version}"
+    path = _list_path(info, version, options.namespace)
+    for _restart in range(MAX_LIST_RESTARTS + 1):
+        items: list[Resource] = []
+        token = ""
+        try:
+            while True:
+                query = [("limit", str(options.page_size))]
+                if token:
+                    query.append(("continue", token))
+                page = client.get(path, query)
+                # Each page becomes resources at once, so only one raw page is held at a time.
+                page_items = page.get("items") or []
+                items.extend(_to_resource(item, info, api_version) for item in page_items)
+                with out.lock:
+                    out.count += len(page_items)
+                if progress:
+                    progress(info.type, out.count)
+                token = (page.get("metadata") or {}).get("continue") or ""
+                if not token:
+                    break
+        except _HttpError as exc:
+            if exc.status == 410:  # the continue token expired: list again from the start
+                with out.lock:
+                    out.count -= len(items)
+                continue
+            reason = (
+                f"forbidden: list {_resource_name(info)}"
+                if exc.status == 403
+                else f"HTTP {exc.status} listing {_resource_name(info)}: {exc}"
+            )
+            with out.lock:
+                out.gaps.append(CollectionGap(info.type, reason))
+            return
+        except TimeoutError as exc:
+            with out.lock:
+                out.gaps.append(CollectionGap(info.type, f"{exc} listing {_resource_name(info)}"))
+            return
+        with out.lock:
+            out.resources.extend(items)
+            out.available.add(info.type)
+        return
+    with out.lock:
+        out.gaps.append(
+            CollectionGap(info.type, f"list of {_resource_name(info)} kept expiring (410 Gone)")
+        )
+
+
+def _to_resource(item: dict[str, Any], info: KindInfo, api_version: str) -> Resource:
+    # List items carry neither apiVersion nor kind; put them back so objects look as in a file.
+    item["apiVersion"] = api_version
+    item["kind"] = info.kind
+    metadata = item.get("metadata") or {}
+    namespace = str(metadata.get("namespace") or "") if info.namespaced else ""
+    ref = ObjRef(info.type, namespace, str(metadata.get("name", "")))
+    return Resource(ref, api_version, sanitize(item), LIVE_SOURCE)
+
+
+def _identity(client: _Client) -> dict[str, Any]:
+    try:
+        review = client.post(
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+    except (_HttpError, TimeoutError):
+        return {"username": None, "groups": []}
+    user = (review.get("status") or {}).get("userInfo") or {}
+    return {"username": user.get("username"), "groups": sorted(user.get("groups") or [])}
+
+
+def _connect(api: Any, host: str, deadline: float) -> tuple[_Client, str]:
+    client = _Client(api, deadline)
+    try:
+        version = client.get("/version")
+    except _HttpError as exc:
+        if exc.status in (401, 403):
+            raise LiveError(
+                f"the cluster at {host} rejected the credentials (HTTP {exc.status})"
+            ) from None
+        raise LiveError(f"the cluster at {host} answered HTTP {exc.status} to /version") from None
+    except TimeoutError as exc:
+        raise LiveError(f"cannot reach the cluster at {host}: {exc}") from None
+    return client, str(version.get("gitVersion", ""))
+
+
+def collect(
+    types: Iterable[str],
+    connection: Connection = Connection(),
+    options: ListOptions = ListOptions(),
+    progress: Progress | None = None,
+) -> Snapshot:
+    """List every wanted resource type into a snapshot; raise LiveError if none can be."""
+    api, host, context = _api_client(connection)
+    deadline = time.monotonic() + options.timeout
+    client, server_version = _connect(api, host, deadline)
+    out = _Collection()
+    wanted: list[KindInfo] = []
+    for type_ in sorted(set(types) - NEVER_LISTED):
+        info = KNOWN_KINDS.get(type_)
+        if info is None:
+            out.gaps.append(CollectionGap(type_, f"unknown resource type {type_}"))
+        else:
+            wanted.append(info)
+    try:
+        served = _served_versions(client, {i.group for i in wanted})
+    except (_HttpError, TimeoutError) as exc:
+        raise LiveError(f"API discovery failed on {host}: {exc}") from None
+    listable: list[tuple[KindInfo, str]] = []
+    for info in wanted:
+        version = _pick_version(info, served)
+        if version is not None:
+            listable.append((info, version))
+        elif info.group in BUILTIN_GROUPS:
+            out.gaps.append(CollectionGap(info.type, f"API not served: {_resource_name(info)}"))
+        else:
+            out.gaps.append(CollectionGap(info.type, f"CRD not installed: {_resource_name(info)}"))
+    with ThreadPoolExecutor(max_workers=max(1, options.workers)) as pool:
+        for future in [
+            pool.submit(_list_kind, client, i, v, options, out, progress) for i, v in listable
+        ]:
+            future.result()
+    forbidden = sorted(g.reason for g in out.gaps if g.reason.startswith("forbidden"))
+    details = {
+        "server": host,
+        "context": context,
+        "server_version": server_version,
+        "namespace": options.namespace,
+        "identity": _identity(client),
+        "missing_permissions": forbidden,
+    }
+    return Snapshot(
+        out.resources,
+        available=out.available,
+        gaps=out.gaps,
+        source=SourceInfo("live", (context or host,), (), details),
+    )

@@ -20,7 +20,9 @@ SEVERITIES = {"critical", "high", "medium", "low", "info"}
 STATUSES = {"passed", "failed", "not_evaluated", "error"}
 
 
-def scan_json(runner: CliRunner, *args: str, stdin: str | None = None) -> tuple[int, dict[str, Any]]:
+def scan_json(
+    runner: CliRunner, *args: str, stdin: str | None = None
+) -> tuple[int, dict[str, Any]]:
     result = runner.invoke(main, ["scan", *args, "--format", "json"], input=stdin)
     return result.exit_code, json.loads(result.stdout)
 
@@ -38,7 +40,10 @@ def test_json_contract_on_the_sample_cluster(runner: CliRunner, sample_cluster: 
         assert finding["message"] and finding["remediation"]
     assert {c["status"] for c in report["checks"]} <= STATUSES
     # The misconfigurations the sample cluster documents are found, on the right objects.
-    found = {(f["check_id"], f["resource"]["kind"], f["resource"]["namespace"], f["resource"]["name"]) for f in report["findings"]}
+    found = {
+        (f["check_id"], f["resource"]["kind"], f["resource"]["namespace"], f["resource"]["name"])
+        for f in report["findings"]
+    }
     assert ("GPU-WL-001", "Job", "ml-training", "tokenizer-eval") in found
     assert ("GPU-WL-001", "Deployment", "ml-serving", "triton-llm") in found
     nodes = [f for f in report["findings"] if f["resource"]["kind"] == "Node"]
@@ -54,18 +59,26 @@ def test_same_input_gives_identical_bytes(runner: CliRunner, sample_cluster: Pat
 
 
 def test_source_date_epoch_sets_the_timestamp(runner: CliRunner, sample_cluster: Path) -> None:
-    result = runner.invoke(main, ["scan", "--from-file", str(sample_cluster), "-o", "json"], env={"SOURCE_DATE_EPOCH": "1764633600"})
+    result = runner.invoke(
+        main,
+        ["scan", "--from-file", str(sample_cluster), "-o", "json"],
+        env={"SOURCE_DATE_EPOCH": "1764633600"},
+    )
     assert json.loads(result.stdout)["generated_at"] == "2025-12-02T00:00:00Z"
 
 
-def test_a_kubectl_list_on_stdin_scans_like_the_files(runner: CliRunner, sample_cluster: Path) -> None:
+def test_a_kubectl_list_on_stdin_scans_like_the_files(
+    runner: CliRunner, sample_cluster: Path
+) -> None:
     items: list[Any] = []
     for path in sorted(sample_cluster.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc is None:
                 continue
             items.extend(doc["items"] if doc["kind"] == "List" else [doc])
-    dump = json.dumps({"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}})
+    dump = json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
+    )
     _, from_stdin = scan_json(runner, "--from-file", "-", stdin=dump)
     _, from_dir = scan_json(runner, "--from-file", str(sample_cluster))
     assert from_stdin["findings"] and from_stdin["score"] == from_dir["score"]
@@ -74,15 +87,22 @@ def test_a_kubectl_list_on_stdin_scans_like_the_files(runner: CliRunner, sample_
 
 def _without_source(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Findings minus where each object was read from (a file, or stdin)."""
-    return [f | {"resource": {k: v for k, v in f["resource"].items() if k != "source"}} for f in findings]
+    return [
+        f | {"resource": {k: v for k, v in f["resource"].items() if k != "source"}}
+        for f in findings
+    ]
 
 
 @pytest.mark.parametrize(
     ("fail_on", "expected"), [("none", 0), ("critical", 0), ("high", 1), ("medium", 1)]
 )
-def test_fail_on_sets_the_exit_code(runner: CliRunner, repo_root: Path, fail_on: str, expected: int) -> None:
+def test_fail_on_sets_the_exit_code(
+    runner: CliRunner, repo_root: Path, fail_on: str, expected: int
+) -> None:
     fixture = repo_root / "fixtures" / "checks" / "GPU-WL-001"
-    result = runner.invoke(main, ["scan", "--from-file", str(fixture), "--only", "GPU-WL-001", "--fail-on", fail_on])
+    result = runner.invoke(
+        main, ["scan", "--from-file", str(fixture), "--only", "GPU-WL-001", "--fail-on", fail_on]
+    )
     assert result.exit_code == expected, result.output
 
 
@@ -103,7 +123,9 @@ def test_only_skip_and_category_select_checks(runner: CliRunner, sample_cluster:
         (["--format", "json", "--format", "html"], "several --format values need --output-dir"),
     ],
 )
-def test_usage_errors_exit_2(runner: CliRunner, sample_cluster: Path, args: list[str], message: str) -> None:
+def test_usage_errors_exit_2(
+    runner: CliRunner, sample_cluster: Path, args: list[str], message: str
+) -> None:
     result = runner.invoke(main, ["scan", "--from-file", str(sample_cluster), *args])
     assert result.exit_code == 2
     assert message in result.stderr
@@ -121,9 +143,17 @@ def test_bad_input_exits_2_naming_file_and_document(runner: CliRunner, tmp_path:
 def test_no_traceback_in_a_real_process(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"kind": "Pod",')
-    proc = subprocess.run([sys.executable, "-m", "gpu_audit", "scan", "--from-file", str(bad)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpu_audit", "scan", "--from-file", str(bad)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"gpu-audit: error: {bad}: invalid JSON at line 1 column 16: Expecting property name enclosed in double quotes"
+    assert (
+        proc.stderr.strip()
+        == f"gpu-audit: error: {bad}: invalid JSON at line 1 column 16: Expecting property name enclosed in double quotes"
+    )
 
 
 def test_live_scanning_is_refused_clearly_without_from_file(runner: CliRunner) -> None:
@@ -132,8 +162,25 @@ def test_live_scanning_is_refused_clearly_without_from_file(runner: CliRunner) -
     assert "gpu-audit: error:" in result.stderr and "Traceback" not in result.output
 
 
-def test_output_dir_and_render_round_trip(runner: CliRunner, sample_cluster: Path, tmp_path: Path) -> None:
-    result = runner.invoke(main, ["scan", "--from-file", str(sample_cluster), "-o", "json", "-o", "html", "-o", "table", "--output-dir", str(tmp_path)])
+def test_output_dir_and_render_round_trip(
+    runner: CliRunner, sample_cluster: Path, tmp_path: Path
+) -> None:
+    result = runner.invoke(
+        main,
+        [
+            "scan",
+            "--from-file",
+            str(sample_cluster),
+            "-o",
+            "json",
+            "-o",
+            "html",
+            "-o",
+            "table",
+            "--output-dir",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 0, result.output
     saved = tmp_path / "report.json"
     html = (tmp_path / "report.html").read_text()
@@ -153,7 +200,9 @@ def test_render_refuses_what_is_not_a_report(runner: CliRunner, tmp_path: Path) 
     assert f"{other}: not a gpu-audit JSON report" in result.stderr
 
 
-def test_a_check_that_raises_gives_exit_3_and_a_report(runner: CliRunner, sample_cluster: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_check_that_raises_gives_exit_3_and_a_report(
+    runner: CliRunner, sample_cluster: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import dataclasses
 
     from gpu_audit import registry
@@ -162,8 +211,10 @@ def test_a_check_that_raises_gives_exit_3_and_a_report(runner: CliRunner, sample
 
     def broken() -> dict[str, Any]:
         checks = real()
+
         def explode(snapshot: object) -> Any:
             raise RuntimeError("boom")
+
         checks["GPU-WL-001"] = dataclasses.replace(checks["GPU-WL-001"], function=explode)
         return checks
 
@@ -181,9 +232,15 @@ def test_checks_list_and_show(runner: CliRunner) -> None:
     listed = json.loads(runner.invoke(main, ["checks", "list", "--format", "json"]).stdout)
     assert {"GPU-WL-001"} <= {c["id"] for c in listed}
     assert all(c["references"] and c["remediation"] for c in listed)
-    only_high = json.loads(runner.invoke(main, ["checks", "list", "-o", "json", "--severity", "high"]).stdout)
+    only_high = json.loads(
+        runner.invoke(main, ["checks", "list", "-o", "json", "--severity", "high"]).stdout
+    )
     assert only_high and {c["severity"] for c in only_high} == {"high"}
     shown = runner.invoke(main, ["checks", "show", "gpu-wl-001"])
-    assert shown.exit_code == 0 and "Why it matters:" in shown.stdout and "Remediation:" in shown.stdout
+    assert (
+        shown.exit_code == 0
+        and "Why it matters:" in shown.stdout
+        and "Remediation:" in shown.stdout
+    )
     missing = runner.invoke(main, ["checks", "show", "GPU-XX-999"])
     assert missing.exit_code == 2 and "unknown check id" in missing.stderr

@@ -32,7 +32,9 @@ def test_metadata_is_complete(check_id: str) -> None:
 
 
 def _package(category: Category) -> str:
-    return {"distributed-training": "distributed", "network-security": "network_security"}.get(category.value, category.value)
+    return {"distributed-training": "distributed", "network-security": "network_security"}.get(
+        category.value, category.value
+    )
 
 
 @pytest.mark.parametrize("check_id", sorted(CHECKS))

@@ -20,6 +20,7 @@ from gpu_audit.api import (
     map_selector_matches,
     pod_templates,
     str_map,
+    templates_of,
 )
 
 SERVICE_MONITOR = "ServiceMonitor.monitoring.coreos.com"
@@ -134,3 +135,27 @@ def container_declares_port(container: Container, port: object) -> bool:
         ) == str(port):
             return True
     return False
+
+
+def image_repository(image: str) -> str:
+    """The repository path of an image reference, without tag or digest, lower-case."""
+    name = image.split("@", 1)[0].lower()
+    last = name.rsplit("/", 1)[-1]
+    if ":" in last:
+        name = name[: len(name) - len(last)] + last.split(":", 1)[0]
+    return name
+
+
+def is_dcgm_exporter(container: Container) -> bool:
+    """By image, never by name: fake-GPU stacks reuse the nvidia-dcgm-exporter name, and the
+    standalone host engine (.../cloud-native/dcgm) is not an exporter."""
+    return image_repository(container.image).endswith("dcgm-exporter")
+
+
+def exporter_daemonsets(snapshot: Snapshot) -> list[PodTemplate]:
+    return [
+        t
+        for ds in snapshot.of("DaemonSet")
+        for t in templates_of(ds)
+        if any(is_dcgm_exporter(c) for c in t.containers())
+    ]

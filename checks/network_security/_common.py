@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_audit.api import PodTemplate
+from gpu_audit.api import PodTemplate, Resource, Snapshot, as_list, label_selector_matches
 from gpu_audit.checks.serving._common import image_repository
 
 # Namespaces the NVIDIA/network operators and the standalone device plugin install into.
@@ -52,3 +52,26 @@ def is_nvidia_stack(template: PodTemplate) -> bool:
         for c in template.containers()
         for fragment in SYSTEM_IMAGES
     )
+
+
+def policy_types(policy: Resource) -> set[str]:
+    """Effective policyTypes: as written, else Ingress plus Egress when spec.egress is a
+    non-empty list (`egress: []` alone isolates nothing for egress)."""
+    written = {str(t) for t in as_list(policy.spec.get("policyTypes"))}
+    if written:
+        return written
+    return {"Ingress", "Egress"} if as_list(policy.spec.get("egress")) else {"Ingress"}
+
+
+def policy_selects(policy: Resource, template: PodTemplate) -> bool:
+    return policy.ref.namespace == template.owner.ref.namespace and label_selector_matches(
+        policy.spec.get("podSelector"), template.labels
+    )
+
+
+def namespace_labels(snapshot: Snapshot, namespace: str) -> dict[str, str]:
+    """A namespace's labels; the automatic kubernetes.io/metadata.name label is always there."""
+    found = snapshot.get("Namespace", "", namespace)
+    labels = dict(found.labels) if found is not None else {}
+    labels.setdefault("kubernetes.io/metadata.name", namespace)
+    return labels

@@ -130,7 +130,9 @@ def _risky_grants(snapshot: Snapshot, namespace: str, account: str) -> list[str]
     for binding in snapshot.of("RoleBinding", "ClusterRoleBinding"):
         if binding.ref.kind == "RoleBinding" and binding.ref.namespace != namespace:
             continue
-        if not any(_is_subject(s, namespace, account) for s in as_list(binding.raw.get("subjects"))):
+        if not any(
+            _is_subject(s, namespace, account) for s in as_list(binding.raw.get("subjects"))
+        ):
             continue
         role_ref = as_mapping(binding.raw.get("roleRef"))
         kind, role_name = str(role_ref.get("kind", "")), str(role_ref.get("name", ""))

@@ -49,7 +49,7 @@ _STARTUP_BUDGET = 120
           periodSeconds: 10
           failureThreshold: 60        # up to 10 minutes to download and load weights
         livenessProbe:
-          httpGet: {path: $path, port: $port}
+          httpGet: {path: $live_path, port: $port}
           periodSeconds: 10
           failureThreshold: 3
         readinessProbe:
@@ -110,4 +110,11 @@ _HEALTH = {
 
 def _fix(container: Container, server: ServerClass) -> dict[str, str]:
     path, port = _HEALTH.get(server.name, ("/health", "8080"))
-    return {"container": container.name, "server": server.name, "path": path, "port": port}
+    live_path = "/v2/health/live" if server.name == "triton" else path
+    return {
+        "container": container.name,
+        "server": server.name,
+        "path": path,
+        "live_path": live_path,
+        "port": port,
+    }

@@ -27,6 +27,7 @@ _STATIC_KEYS = {
     "fsid",
 }
 _EFS_PV_KEYS = {"volumehandle", "dnsname", "mountname"}
+_SUBDIR_KEYS = {"dnsname", "mountname", "basedir"}
 _PERSISTENT_ONLY = (
     "perUnitStorageThroughput",
     "kmsKeyId",
@@ -53,14 +54,17 @@ Problem = tuple[str, Severity, tuple[str, ...]]
     requires=("StorageClass",),
     rationale="""
         A StorageClass creates new volumes. Static-volume fields (volumeHandle, dnsname,
-        mountname, an FSx fileSystemId) in it do not mount the existing dataset: the upstream
-        FSx driver ignores unknown keys and creates a brand-new, empty, billed file system.
+        mountname, an FSx fileSystemId) in it do not mount the existing dataset: older FSx
+        driver releases ignore unknown keys and create a brand-new, empty, billed file system,
+        current ones reject the claim, which stays Pending.
         PERSISTENT-only options on a SCRATCH deployment type, or throughput values the
         deployment type does not offer, make CreateFileSystem fail and leave every dataset
         claim Pending while GPU jobs wait.
     """,
     detection="""
-        FSx StorageClasses: static-volume keys (high), missing subnetId or securityGroupIds,
+        FSx StorageClasses with dnsname use subdirectory provisioning (current drivers): only
+        dnsname, mountname and basedir are valid there. Otherwise (new file systems):
+        static-volume keys (high), missing subnetId or securityGroupIds,
         PERSISTENT-only parameters (perUnitStorageThroughput, kmsKeyId, driveCacheType,
         efaEnabled, metadata*) or HDD/INTELLIGENT_TIERING storage with SCRATCH_1/SCRATCH_2
         (the default is SCRATCH_1), PERSISTENT_2-only options on PERSISTENT_1, HDD without
@@ -97,7 +101,9 @@ def storage_class_parameters_valid_for_dynamic_provisioning(
             for k, v in str_map(sc.raw.get("parameters")).items()
             if not k.startswith(_PROVISIONER_KEYS)
         }
-        if provisioner == FSX:
+        if provisioner == FSX and "dnsname" in params:
+            problems = _fsx_subdirectory(params)
+        elif provisioner == FSX:
             problems = [*_fsx_static(params), *_fsx_deployment(params)]
         elif provisioner == EFS:
             problems = _static_keys(params, _EFS_PV_KEYS, "PersistentVolume fields")
@@ -142,15 +148,37 @@ def _static_keys(params: Mapping[str, str], keys: set[str], what: str) -> list[P
     return [(f"{', '.join(bad)} are {what}, not StorageClass parameters", Severity.LOW, tuple(bad))]
 
 
+def _fsx_subdirectory(params: Mapping[str, str]) -> list[Problem]:
+    """Current drivers provision subdirectories of an existing file system when `dnsname` is
+    set; then only dnsname, mountname and basedir belong in the class."""
+    bad = sorted(k for k in params if k not in _SUBDIR_KEYS)
+    problems: list[Problem] = []
+    if bad:
+        problems.append(
+            (
+                f"{', '.join(bad)} are not valid with dnsname (subdirectory provisioning of an "
+                "existing file system takes only dnsname, mountname and basedir)",
+                Severity.MEDIUM,
+                tuple(bad),
+            )
+        )
+    if "mountname" not in params:
+        problems.append(
+            ("subdirectory provisioning (dnsname) also needs mountname", Severity.MEDIUM, ())
+        )
+    return problems
+
+
 def _fsx_static(params: Mapping[str, str]) -> list[Problem]:
     problems: list[Problem] = []
     bad = sorted(k for k in params if k.lower() in _STATIC_KEYS)
     if bad:
         problems.append(
             (
-                f"static-volume keys {', '.join(bad)} in a dynamic StorageClass: the driver "
-                "ignores them and provisions a new, empty file system; mount an existing one "
-                "with a PersistentVolume",
+                f"static-volume keys {', '.join(bad)} in a file-system-provisioning "
+                "StorageClass: older drivers ignore them and create a new, empty, billed file "
+                "system, current ones reject the claim; mount an existing file system with a "
+                "PersistentVolume (or subdirectory provisioning: dnsname + mountname)",
                 Severity.HIGH,
                 tuple(bad),
             )

@@ -81,9 +81,12 @@ class _Client:
             if remaining <= 0:
                 raise TimeoutError(f"timed out ({method} {path})")
             try:
-                response = self.api.call_api(
-                    path,
+                # kubernetes >= 35 (openapi-generator 7): param_serialize builds the URL and
+                # auth headers, call_api sends it and returns the response without raising on
+                # an error status.
+                _, url, headers, data, _ = self.api.param_serialize(
                     method,
+                    path,
                     query_params=query,
                     header_params={
                         "Accept": "application/json",
@@ -91,16 +94,22 @@ class _Client:
                     },
                     body=body,
                     auth_settings=["BearerToken"],
-                    _preload_content=False,
+                )
+                response = self.api.call_api(
+                    method,
+                    url,
+                    header_params=headers,
+                    body=data,
                     _request_timeout=min(self.request_timeout, remaining),
                 )
-                raw = response[0].data if isinstance(response, tuple) else response.data
-                return json.loads(raw)
-            except ApiException as exc:
-                if exc.status not in RETRYABLE:
-                    raise _HttpError(exc.status, str(exc.reason)) from None
-                retry_after = _retry_after(exc.headers)
-                failure = _Failure(f"HTTP {exc.status}", retry_after)
+                raw = response.read()
+                if 200 <= response.status <= 299:
+                    return json.loads(raw)
+                if response.status not in RETRYABLE:
+                    raise _HttpError(response.status, str(response.reason))
+                failure = _Failure(f"HTTP {response.status}", _retry_after(response.headers))
+            except ApiException as exc:  # status 0: TLS failure, or a request it cannot build
+                raise _HttpError(exc.status or 0, str(exc.reason).splitlines()[-1]) from None
             except (Urllib3Error, OSError, json.JSONDecodeError) as exc:
                 failure = _Failure(type(exc).__name__)
             attempt += 1
@@ -111,7 +120,7 @@ class _Client:
             )
             if time.monotonic() + pause >= self.deadline:
                 raise TimeoutError(
-                    f"gave up after {attempt} attempts ({failure}) on {method} {path}"
+                    f"gave up after {attempt} attempts ({failure.reason}) on {method} {path}"
                 )
             time.sleep(pause)
 

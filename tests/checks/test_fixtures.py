@@ -22,7 +22,9 @@ COMMANDS = ("kubectl ", "helm ")
 
 def assert_is_yaml_or_command(text: str) -> None:
     """A rendered remediation is a paste-able YAML snippet or a shell command."""
-    code = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    code = [
+        line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")
+    ]
     assert code, f"remediation has nothing to paste:\n{text}"
     if code[0].lstrip().startswith(COMMANDS):
         return

@@ -42,9 +42,7 @@ def _module_version(module: str) -> str:
 def _api_client(kubeconfig: str) -> client.ApiClient:
     from kubernetes import config
 
-    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-        config_file=kubeconfig
-    )
+    api: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)
     return api
 
 

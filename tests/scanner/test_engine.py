@@ -13,17 +13,31 @@ def node(name: str) -> Resource:
     return Resource(ObjRef("Node", "", name), "v1", raw, SourceLocation("n.yaml"))
 
 
-def make(function: object, requires: tuple[str | tuple[str, ...], ...] = ("Node",), remediation: str = "kubectl label node $name x=$value") -> object:
+def make(
+    function: object,
+    requires: tuple[str | tuple[str, ...], ...] = ("Node",),
+    remediation: str = "kubectl label node $name x=$value",
+) -> object:
     return check(
-        id="TEST-NODE-001", title="Nodes are fine", category=Category.NODES, severity=Severity.HIGH,
-        rationale="r", remediation=remediation, references=("https://example.invalid/",), requires=requires,
+        id="TEST-NODE-001",
+        title="Nodes are fine",
+        category=Category.NODES,
+        severity=Severity.HIGH,
+        rationale="r",
+        remediation=remediation,
+        references=("https://example.invalid/",),
+        requires=requires,
     )(function)  # type: ignore[arg-type]
 
 
 def test_results_are_sorted_and_remediation_rendered_per_object() -> None:
     def nodes(snap: Snapshot) -> Iterator[Result]:
         for n in reversed(snap.of("Node")):
-            yield failed(n, "is bad", fix={"value": n.ref.name.upper()}) if n.ref.name == "b" else passed(n, "ok")
+            yield (
+                failed(n, "is bad", fix={"value": n.ref.name.upper()})
+                if n.ref.name == "b"
+                else passed(n, "ok")
+            )
 
     run = run_check(make(nodes), Snapshot([node("a"), node("b")]))  # type: ignore[arg-type]
     assert run.status is CheckStatus.FAILED
@@ -51,7 +65,11 @@ def test_missing_inputs_and_gaps_make_a_check_not_evaluated() -> None:
 
     c = make(never, requires=("Node", ("Pod", "Deployment")))
     run = run_check(c, Snapshot([node("a")]))  # type: ignore[arg-type]
-    assert (run.status, run.reason, run.applicable) == (CheckStatus.NOT_EVALUATED, "no Pod or Deployment in the input", True)
+    assert (run.status, run.reason, run.applicable) == (
+        CheckStatus.NOT_EVALUATED,
+        "no Pod or Deployment in the input",
+        True,
+    )
     gap = Snapshot([], available={"Pod"}, gaps=[CollectionGap("Node", "forbidden: list nodes")])
     assert run_check(c, gap).reason == "forbidden: list nodes"  # type: ignore[arg-type]
 

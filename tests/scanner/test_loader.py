@@ -69,7 +69,11 @@ def test_directory_walk_is_sorted_and_skips_hidden_and_other_files(tmp_path: Pat
     write(tmp_path, "a/pod.yaml", POD.replace("p1", "from-a"))
     write(tmp_path, ".hidden/pod.yaml", POD.replace("p1", "hidden"))
     write(tmp_path, "notes.txt", "not yaml: [")
-    write(tmp_path, "c.json", json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}))
+    write(
+        tmp_path,
+        "c.json",
+        json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}),
+    )
     snap = load_files([str(tmp_path)])
     assert [r.ref.name for r in snap.of("Pod")] == ["from-a", "from-b"]
     assert snap.get("Namespace", "", "ml") is not None
@@ -115,11 +119,17 @@ def test_duplicate_objects_keep_the_first_and_warn(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("apiVersion: v1\nkind: Pod\nmetadata: {name: [unclosed\n", "document 1: invalid YAML at line"),
+        (
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: [unclosed\n",
+            "document 1: invalid YAML at line",
+        ),
         ("- just\n- a list\n", "document 1: is a list, not a Kubernetes object"),
         ("apiVersion: v1\nmetadata: {name: x}\n", "document 1: missing kind"),
         ("kind: Pod\nmetadata: {name: x}\n", "document 1: Pod has no apiVersion"),
-        ("apiVersion: v1\nkind: Pod\nmetadata: {namespace: ml}\n", "document 1: Pod has no metadata.name"),
+        (
+            "apiVersion: v1\nkind: Pod\nmetadata: {namespace: ml}\n",
+            "document 1: Pod has no metadata.name",
+        ),
         ("apiVersion: v1\nkind: Pod\n", "document 1: Pod has no metadata"),
         ("apiVersion: v1\nkind: List\nitems: {a: 1}\n", "List.items is a dict, not a list"),
         ("apiVersion: v1\nkind: List\nitems: [42]\n", "document 1, item 1: is a int"),
@@ -155,5 +165,8 @@ def test_generate_name_objects_are_kept(tmp_path: Path) -> None:
 def test_refs_sort_and_index(tmp_path: Path) -> None:
     text = POD.replace("p1", "zeta") + "---\n" + POD.replace("p1", "alpha").replace("ml", "aaa")
     snap = load_files([write(tmp_path, "p.yaml", text)])
-    assert [r.ref for r in snap.of("Pod")] == [ObjRef("Pod", "aaa", "alpha"), ObjRef("Pod", "ml", "zeta")]
+    assert [r.ref for r in snap.of("Pod")] == [
+        ObjRef("Pod", "aaa", "alpha"),
+        ObjRef("Pod", "ml", "zeta"),
+    ]
     assert snap.available == frozenset({"Pod"})

@@ -12,7 +12,7 @@ from gpu_audit import registry
 from gpu_audit.model import Category, Severity
 from gpu_audit.registry import RegistryError, load_checks, select_checks
 
-PLUGIN = '''
+PLUGIN = """
 from gpu_audit.api import Category, Severity, check, passed
 
 @check(id="{id}", title="Plugin check", category=Category.NODES, severity=Severity.LOW,
@@ -21,7 +21,7 @@ from gpu_audit.api import Category, Severity, check, passed
 def plugin_check(snapshot):
     for node in snapshot.of("Node"):
         yield passed(node, "ok")
-'''
+"""
 
 
 @dataclass
@@ -41,12 +41,16 @@ class FakeEntryPoint:
         return importlib.import_module(self.value)
 
 
-def install_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, check_id: str) -> None:
+def install_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, check_id: str
+) -> None:
     (tmp_path / f"{module}.py").write_text(textwrap.dedent(PLUGIN.format(id=check_id)))
     monkeypatch.syspath_prepend(str(tmp_path))
     ep = FakeEntryPoint("acme", module, FakeDist("acme-gpu-checks"))
     monkeypatch.setattr(
-        importlib.metadata, "entry_points", lambda group: [ep] if group == registry.ENTRY_POINT_GROUP else []
+        importlib.metadata,
+        "entry_points",
+        lambda group: [ep] if group == registry.ENTRY_POINT_GROUP else [],
     )
 
 
@@ -74,7 +78,9 @@ def test_duplicate_id_names_both_origins(tmp_path: Path, monkeypatch: pytest.Mon
     )
 
 
-def test_plugins_cannot_use_the_builtin_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plugins_cannot_use_the_builtin_prefix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     install_plugin(tmp_path, monkeypatch, "acme_plugin_prefix", "GPU-NODE-901")
     with pytest.raises(RegistryError, match="reserved for gpu-audit"):
         load_checks()
@@ -84,7 +90,13 @@ def test_select_checks_filters_and_rejects_unknown_ids() -> None:
     checks = load_checks(plugins=False)
     assert list(select_checks(checks, only=["GPU-WL-001"])) == ["GPU-WL-001"]
     assert "GPU-WL-001" not in select_checks(checks, skip=["GPU-WL-001"])
-    assert all(c.category is Category.WORKLOADS for c in select_checks(checks, categories=[Category.WORKLOADS]).values())
-    assert all(c.severity.rank >= Severity.HIGH.rank for c in select_checks(checks, min_severity=Severity.HIGH).values())
+    assert all(
+        c.category is Category.WORKLOADS
+        for c in select_checks(checks, categories=[Category.WORKLOADS]).values()
+    )
+    assert all(
+        c.severity.rank >= Severity.HIGH.rank
+        for c in select_checks(checks, min_severity=Severity.HIGH).values()
+    )
     with pytest.raises(RegistryError, match="unknown check id"):
         select_checks(checks, only=["GPU-NOPE-999"])

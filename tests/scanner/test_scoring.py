@@ -30,7 +30,16 @@ def test_nothing_evaluated_is_null_not_100() -> None:
 
 
 def test_grade_bands() -> None:
-    assert [grade_for(v) for v in (100, 90, 89.9, 80, 70, 60, 59.9, 0)] == ["A", "A", "B", "B", "C", "D", "F", "F"]
+    assert [grade_for(v) for v in (100, 90, 89.9, 80, 70, 60, 59.9, 0)] == [
+        "A",
+        "A",
+        "B",
+        "B",
+        "C",
+        "D",
+        "F",
+        "F",
+    ]
 
 
 def test_coverage_excludes_not_applicable_checks() -> None:

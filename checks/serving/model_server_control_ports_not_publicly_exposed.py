@@ -147,7 +147,7 @@ class _Exposure:
         "https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/kuberay-auth.html",
     ),
 )
-def control_ports_not_publicly_exposed(snapshot: Snapshot) -> Iterator[Result]:
+def model_server_control_ports_not_publicly_exposed(snapshot: Snapshot) -> Iterator[Result]:
     by_namespace: dict[str, list[PodTemplate]] = defaultdict(list)
     for template in pod_templates(snapshot):
         by_namespace[template.owner.ref.namespace].append(template)

@@ -1,0 +1,134 @@
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from gpu_audit.api import (
+    Category,
+    Resource,
+    Result,
+    Severity,
+    Snapshot,
+    as_list,
+    as_mapping,
+    check,
+    failed,
+    label_selector_matches,
+    passed,
+)
+
+WAIVER = "gpu-audit.io/intent"
+_DIRECTIONS = (("ingress", "from"), ("egress", "to"))
+
+
+@check(
+    id="GPU-NET-002",
+    title="NetworkPolicy peers combine namespaceSelector and podSelector as intended",
+    category=Category.NETWORK_SECURITY,
+    severity=Severity.MEDIUM,
+    requires=("NetworkPolicy",),
+    rationale="""
+        One YAML dash changes the meaning of a NetworkPolicy peer list: a namespaceSelector
+        and a podSelector in one list item are ANDed (those pods in those namespaces), as two
+        items they are ORed (every pod in those namespaces, or those pods here). The OR form
+        is usually far broader than intended, e.g. every pod in the monitoring namespace can
+        reach the TorchServe management port or the training job's rendezvous port.
+    """,
+    detection="""
+        Every ingress `from` and egress `to` list: a peer with only a non-empty
+        namespaceSelector next to a peer with only a podSelector is reported as a likely AND
+        written as OR, with both readings. Not flagged: an empty podSelector next to a
+        namespaceSelector that selects the policy's own namespace (a deliberate "this
+        namespace plus that one"), ipBlock-only peers, combined peers, and policies annotated
+        gpu-audit.io/intent: or. Whether a selector matches any namespace is not judged,
+        because offline inputs rarely carry every Namespace.
+    """,
+    remediation="""
+        # $kind $namespace/$name, $where: merge the two peers into ONE list item to mean
+        # "pods matching $pods in namespaces matching $namespaces" (AND):
+        - namespaceSelector: $namespaces
+          podSelector: $pods
+        # if the OR is intended, annotate the policy: gpu-audit.io/intent: or
+    """,
+    references=(
+        "https://kubernetes.io/docs/concepts/services-networking/network-policies/#behavior-of-to-and-from-selectors",
+    ),
+)
+def network_policy_peers_combine_selectors_as_intended(snapshot: Snapshot) -> Iterator[Result]:
+    for policy in snapshot.of("NetworkPolicy"):
+        if policy.annotations.get(WAIVER, "").lower() == "or":
+            continue
+        evaluated = False
+        found = False
+        for direction, key in _DIRECTIONS:
+            for index, rule in enumerate(map(as_mapping, as_list(policy.spec.get(direction)))):
+                peers = [as_mapping(p) for p in as_list(rule.get(key))]
+                if any("namespaceSelector" in p or "podSelector" in p for p in peers):
+                    evaluated = True
+                for result in _or_mixups(policy, f"spec.{direction}[{index}].{key}", peers):
+                    found = True
+                    yield result
+        if evaluated and not found:
+            yield passed(policy, "every peer combines its selectors unambiguously")
+
+
+def _or_mixups(policy: Resource, path: str, peers: list[Mapping[str, Any]]) -> Iterator[Result]:
+    lone_ns = [
+        p
+        for p in peers
+        if "namespaceSelector" in p
+        and "podSelector" not in p
+        and _non_empty(p.get("namespaceSelector"))
+    ]
+    lone_pod = [p for p in peers if "podSelector" in p and "namespaceSelector" not in p]
+    for ns_peer in lone_ns:
+        for pod_peer in lone_pod:
+            if _deliberate_union(policy, ns_peer, pod_peer):
+                continue
+            namespaces = _flow(ns_peer.get("namespaceSelector"))
+            pods = _flow(pod_peer.get("podSelector"))
+            yield failed(
+                policy,
+                f"{path} lists namespaceSelector {namespaces} and podSelector {pods} as separate "
+                f"peers, which are ORed: as written it allows every pod in those namespaces OR "
+                f"those pods in {policy.ref.namespace}; one peer with both would mean pods "
+                f"{pods} in namespaces {namespaces}",
+                path=path,
+                fix={"where": path, "namespaces": namespaces, "pods": pods},
+            )
+
+
+def _deliberate_union(
+    policy: Resource, ns_peer: Mapping[str, Any], pod_peer: Mapping[str, Any]
+) -> bool:
+    """`podSelector: {}` (this namespace) next to a namespaceSelector for this namespace is a
+    deliberate union of namespaces, not a mistyped AND."""
+    own = {"kubernetes.io/metadata.name": policy.ref.namespace}
+    return not _non_empty(pod_peer.get("podSelector")) and label_selector_matches(
+        ns_peer.get("namespaceSelector"), own
+    )
+
+
+def _non_empty(selector: object) -> bool:
+    sel = as_mapping(selector)
+    return bool(as_mapping(sel.get("matchLabels")) or as_list(sel.get("matchExpressions")))
+
+
+def _flow(selector: object) -> str:
+    """A selector as a one-line YAML flow mapping, for messages and the remediation."""
+    sel = as_mapping(selector)
+    parts = []
+    labels = as_mapping(sel.get("matchLabels"))
+    if labels:
+        inner = ", ".join(f"{k}: {json.dumps(str(v))}" for k, v in sorted(labels.items()))
+        parts.append(f"matchLabels: {{{inner}}}")
+    expressions = as_list(sel.get("matchExpressions"))
+    if expressions:
+        rendered = []
+        for expr in map(as_mapping, expressions):
+            values = ", ".join(json.dumps(str(v)) for v in as_list(expr.get("values")))
+            body = f"key: {expr.get('key', '')}, operator: {expr.get('operator', '')}"
+            rendered.append(f"{{{body}, values: [{values}]}}" if values else f"{{{body}}}")
+        parts.append(f"matchExpressions: [{', '.join(rendered)}]")
+    return "{" + ", ".join(parts) + "}"

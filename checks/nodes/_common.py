@@ -96,7 +96,12 @@ def raw_taints(items: object) -> tuple[Taint, ...]:
 def gpu_quantities(node: Resource, section: str) -> dict[str, Decimal]:
     """NVIDIA GPU resources (whole, shared, MIG) in status.capacity or status.allocatable."""
     out: dict[str, Decimal] = {}
-    for name, value in as_mapping(node.status.get(section)).items():
+    values = node.status.get(section)
+    if section == "allocatable" and values is None:
+        # The API server defaults a missing allocatable to capacity (SetDefaults_NodeStatus),
+        # so a dump written by hand must be read the way the cluster would store it.
+        values = node.status.get("capacity")
+    for name, value in as_mapping(values).items():
         key = str(name)
         if not is_gpu_resource(key) or key == AMD_GPU:
             continue

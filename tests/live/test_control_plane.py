@@ -162,10 +162,14 @@ def test_pod_status_can_be_patched_to_running(admin: client.ApiClient, namespace
             }
         },
     )
-    got = core.read_namespaced_pod("trainer", namespace)
-    assert got.status is not None
-    assert got.status.phase == "Running"
-    assert got.status.pod_ip == "10.1.2.3"
+    try:
+        got = core.read_namespaced_pod("trainer", namespace)
+        assert got.status is not None
+        assert got.status.phase == "Running"
+        assert got.status.pod_ip == "10.1.2.3"
+    finally:
+        # Other live tests compare whole-cluster scans: leave nothing behind.
+        core.delete_namespaced_pod("trainer", namespace, grace_period_seconds=0)
 
 
 def test_service_account_without_bindings_is_forbidden(

@@ -9,6 +9,7 @@ did to the seeded objects. Each case deletes what it created, namespaces include
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import secrets
@@ -38,6 +39,14 @@ SERVICE_MONITOR = "ServiceMonitor.monitoring.coreos.com"
 SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 MERGE_PATCH = "application/merge-patch+json"
 PAGINATION_PODS = 2000
+# Objects of the sample cluster that a real apiserver refuses (HTTP 422), so no live cluster
+# holds them; the offline side of the comparison reads only what the apiserver accepted.
+# GPU-WL-001's failing cases are among them: extended resources must be whole numbers and
+# their request must equal their limit, so only manifests (never a cluster) can hold those.
+SAMPLE_REJECTED = ["Deployment triton-llm", "Job tokenizer-eval"]
+# Cases that fail because server defaults expose a check bug: case id -> the bug (strict xfail,
+# so a fix shows up). Empty: the DaemonSet-status and Node-allocatable bugs found here are fixed.
+KNOWN_BUGS: dict[str, str] = {}
 
 
 class KubeRequest(Protocol):
@@ -104,7 +113,9 @@ def _namespace_of(obj: dict[str, Any], info: KindInfo) -> str:
 
 def collection_path(info: KindInfo, version: str, namespace: str) -> str:
     prefix = f"/api/{version}" if not info.group else f"/apis/{info.group}/{version}"
-    return f"{prefix}/namespaces/{namespace}/{info.plural}" if namespace else f"{prefix}/{info.plural}"
+    return (
+        f"{prefix}/namespaces/{namespace}/{info.plural}" if namespace else f"{prefix}/{info.plural}"
+    )
 
 
 @dataclass
@@ -114,6 +125,8 @@ class Seeder:
     request: KubeRequest
     objects: list[dict[str, Any]]
     created: list[str] = field(default_factory=list)  # object paths, in creation order
+    accepted: list[dict[str, Any]] = field(default_factory=list)  # as in the files
+    rejected: list[str] = field(default_factory=list)  # "Type name: why" (HTTP 422)
     namespaces: list[str] = field(default_factory=list)  # namespaces this seeder created
 
     def _create_namespace(self, body: dict[str, Any]) -> None:
@@ -143,6 +156,7 @@ class Seeder:
         for obj in self.objects:
             if obj["kind"] == "Namespace":
                 self._create_namespace({k: v for k, v in obj.items() if k != "status"})
+                self.accepted.append(obj)
         rest = [o for o in self.objects if o["kind"] != "Namespace"]
         rest.sort(key=lambda o: _info(o).namespaced)
         for obj in rest:
@@ -157,18 +171,27 @@ class Seeder:
             body["metadata"].pop(key, None)
         name = body["metadata"]["name"]
         status, reply = self.request("POST", base, body)
+        if status == 422:  # invalid for a real apiserver: the offline side must not read it
+            self.rejected.append(f"{info.type} {name}: {reply.get('message', reply)}")
+            return
         _ok(status, reply, f"creating {info.type} {name}")
+        self.accepted.append(obj)
         self.created.append(f"{base}/{name}")
         if obj.get("status"):
             status, reply = self.request(
-                "PATCH", f"{base}/{name}/status", {"status": obj["status"]}, content_type=MERGE_PATCH
+                "PATCH",
+                f"{base}/{name}/status",
+                {"status": obj["status"]},
+                content_type=MERGE_PATCH,
             )
             # 404: the CRD has no status subresource, so create kept the status
             _ok(status, reply, f"patching the status of {info.type} {name}", (200, 404))
 
     def delete_all(self) -> None:
         for path in reversed(self.created):
-            status, reply = self.request("DELETE", f"{path}?gracePeriodSeconds=0")
+            status, reply = self.request(
+                "DELETE", f"{path}?gracePeriodSeconds=0&propagationPolicy=Background"
+            )
             _ok(status, reply, f"deleting {path}", (200, 202, 404))
         self.created.clear()
         for name in reversed(self.namespaces):
@@ -193,17 +216,31 @@ def delete_namespace(request: KubeRequest, name: str) -> None:
     request("DELETE", path)  # gone now, or answers 404
 
 
+@dataclass(frozen=True)
+class Seeded:
+    baseline: Path  # snapshot of the cluster just before the objects were created
+    accepted: Path  # the objects the apiserver accepted, as in the files
+    rejected: list[str]  # the objects it refused as invalid (HTTP 422), with why
+
+
 @contextlib.contextmanager
-def seeded(request: KubeRequest, paths: Sequence[Path], admin_kubeconfig: str, tmp: Path) -> Iterator[Path]:
-    """Seed the files' objects; yields a baseline snapshot of the cluster taken just before."""
+def seeded(
+    request: KubeRequest, paths: Sequence[Path], admin_kubeconfig: str, tmp: Path
+) -> Iterator[Seeded]:
+    """Seed the files' objects, and delete them again afterwards."""
     seeder = Seeder(request, load_objects(paths))
+    tag = secrets.token_hex(3)
     try:
         seeder.prepare_namespaces()
-        baseline = tmp / f"baseline-{secrets.token_hex(3)}.json"
-        result = cli("collect", "--kubeconfig", admin_kubeconfig, "-q", "--output-file", str(baseline))
+        baseline = tmp / f"baseline-{tag}.json"
+        result = cli(
+            "collect", "--kubeconfig", admin_kubeconfig, "-q", "--output-file", str(baseline)
+        )
         assert result.exit_code == 0, result.output
         seeder.create_objects()
-        yield baseline
+        accepted = tmp / f"accepted-{tag}.yaml"
+        accepted.write_text(yaml.safe_dump_all(seeder.accepted), encoding="utf-8")
+        yield Seeded(baseline, accepted, list(seeder.rejected))
     finally:
         seeder.delete_all()
 
@@ -327,7 +364,13 @@ def apply(request: KubeRequest, doc: dict[str, Any]) -> None:
     if status == 409 and doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
         status, current = request("GET", f"{base}/{doc['metadata']['name']}")
         _ok(status, current, "reading " + doc["metadata"]["name"])
-        body = {**doc, "metadata": {**doc["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
+        body = {
+            **doc,
+            "metadata": {
+                **doc["metadata"],
+                "resourceVersion": current["metadata"]["resourceVersion"],
+            },
+        }
         status, reply = request("PUT", f"{base}/{doc['metadata']['name']}", body)
     _ok(status, reply, f"applying {doc['kind']} {doc['metadata']['name']}", (200, 201, 409))
 
@@ -339,7 +382,11 @@ def bind(request: KubeRequest, role: str, namespace: str, account: str) -> None:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
             "metadata": {"name": f"{role}-{namespace}-{account}"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
             "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
         },
     )
@@ -358,7 +405,9 @@ def wait_until_allowed(request: KubeRequest, token: str, path: str) -> None:
 
 @pytest.fixture(scope="module")
 def reader_kubeconfig(
-    kube_request: KubeRequest, mint_service_account_token: MintToken, kubeconfig_for_token: KubeconfigFor
+    kube_request: KubeRequest,
+    mint_service_account_token: MintToken,
+    kubeconfig_for_token: KubeconfigFor,
 ) -> str:
     """deploy/rbac.yaml applied as-is; a kubeconfig for its gpu-audit ServiceAccount."""
     for doc in rbac_documents():
@@ -371,89 +420,103 @@ def reader_kubeconfig(
 # --------------------------------------------------------------------------- equivalence
 
 
+@dataclass(frozen=True)
+class SampleScan:
+    seeded: Seeded
+    report: dict[str, Any]
+    seconds: float
+
+
+@pytest.fixture(scope="class")
+def sample(
+    kube_request: KubeRequest,
+    control_plane: ControlPlaneLike,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SampleScan]:
+    """The sample cluster seeded for the tests of TestSampleCluster, scanned live once."""
+    tmp = tmp_path_factory.mktemp("sample")
+    with seeded(kube_request, [SAMPLE], control_plane.kubeconfig, tmp) as seeds:
+        started = time.monotonic()
+        result = live_scan(control_plane.kubeconfig)
+        seconds = time.monotonic() - started
+        assert_no_traceback(result)
+        assert result.exit_code == 0, result.output
+        yield SampleScan(seeds, result.report, seconds)
+
+
 class TestSampleCluster:
-    """The sample cluster seeded once for the tests of this class, then deleted."""
-
-    @pytest.fixture(scope="class")
-    def sample(
-        self,
-        kube_request: KubeRequest,
-        control_plane: ControlPlaneLike,
-        tmp_path_factory: pytest.TempPathFactory,
-    ) -> Iterator[tuple[Path, dict[str, Any], float]]:
-        tmp = tmp_path_factory.mktemp("sample")
-        with seeded(kube_request, [SAMPLE], control_plane.kubeconfig, tmp) as baseline:
-            started = time.monotonic()
-            result = live_scan(control_plane.kubeconfig)
-            elapsed = time.monotonic() - started
-            assert_no_traceback(result)
-            assert result.exit_code == 0, result.output
-            yield baseline, result.report, elapsed
-
-    def test_live_equals_offline(self, sample: tuple[Path, dict[str, Any], float]) -> None:
-        baseline, live, elapsed = sample
-        print(f"live scan of the sample cluster: {elapsed:.2f}s")
-        offline = offline_scan(SAMPLE, baseline)
+    def test_live_equals_offline(self, sample: SampleScan) -> None:
+        print(f"\nlive scan of the sample cluster: {sample.seconds:.2f}s")
+        rejected = [r.split(":", 1)[0] for r in sample.seeded.rejected]
+        assert sorted(rejected) == sorted(SAMPLE_REJECTED), sample.seeded.rejected
+        offline = offline_scan(sample.seeded.accepted, sample.seeded.baseline)
         assert offline.exit_code == 0, offline.output
-        assert findings(live), "the sample cluster has deliberate misconfigurations"
-        assert_same_verdicts(live, offline.report)
-        assert live["source"]["details"]["identity"]["username"] == "admin"
+        assert findings(sample.report), "the sample cluster has deliberate misconfigurations"
+        assert_same_verdicts(sample.report, offline.report)
+        assert sample.report["source"]["details"]["identity"]["username"] == "admin"
 
     def test_collect_round_trip_without_secret_data(
         self,
-        sample: tuple[Path, dict[str, Any], float],
+        sample: SampleScan,
         kube_request: KubeRequest,
         control_plane: ControlPlaneLike,
         tmp_path: Path,
     ) -> None:
-        _, live, _ = sample
         value = f"s3cr3t-{secrets.token_hex(8)}"
-        status, reply = kube_request(
-            "POST",
-            "/api/v1/namespaces/ml-serving/secrets",
-            {"metadata": {"name": "hf-token"}, "stringData": {"token": value}},
-        )
+        path = "/api/v1/namespaces/ml-serving/secrets"
+        secret = {"metadata": {"name": "hf-token"}, "stringData": {"token": value}}
+        status, reply = kube_request("POST", path, secret)
         _ok(status, reply, "creating the Secret")
         try:
             snap = tmp_path / "snap.json"
-            collected = cli("collect", "--kubeconfig", control_plane.kubeconfig, "-q", "--output-file", str(snap))
+            collected = cli(
+                "collect",
+                "--kubeconfig",
+                control_plane.kubeconfig,
+                "-q",
+                "--output-file",
+                str(snap),
+            )
             assert_no_traceback(collected)
             assert collected.exit_code == 0, collected.output
             text = snap.read_text(encoding="utf-8")
-            import base64
-
             assert value not in text
             assert base64.b64encode(value.encode()).decode() not in text
             assert '"kind": "Secret"' not in text
             again = offline_scan(snap)
             assert again.exit_code == 0, again.output
-            assert findings(again.report) == findings(live)
-            assert statuses(again.report) == statuses(live)
-            assert again.report["score"] == live["score"]
+            assert findings(again.report) == findings(sample.report)
+            assert statuses(again.report) == statuses(sample.report)
+            assert again.report["score"] == sample.report["score"]
         finally:
-            kube_request("DELETE", "/api/v1/namespaces/ml-serving/secrets/hf-token")
+            kube_request("DELETE", f"{path}/hf-token")
 
 
-def _equivalence_cases() -> list[Path]:
-    return [f for d in EQUIVALENCE_DIRS for f in sorted((CHECK_FIXTURES / d).glob("*.yaml"))]
+def _equivalence_cases() -> list[Any]:
+    cases = []
+    for directory in EQUIVALENCE_DIRS:
+        for fixture in sorted((CHECK_FIXTURES / directory).glob("*.yaml")):
+            case_id = f"{directory}/{fixture.stem}"
+            bug = KNOWN_BUGS.get(case_id)
+            marks = [pytest.mark.xfail(reason=bug, strict=True)] if bug else []
+            cases.append(pytest.param(fixture, id=case_id, marks=marks))
+    return cases
 
 
-@pytest.mark.parametrize(
-    "fixture", _equivalence_cases(), ids=lambda p: f"{p.parent.name}/{p.stem}"
-)
+@pytest.mark.parametrize("fixture", _equivalence_cases())
 def test_check_fixture_live_equals_offline(
     fixture: Path, kube_request: KubeRequest, control_plane: ControlPlaneLike, tmp_path: Path
 ) -> None:
-    with seeded(kube_request, [fixture], control_plane.kubeconfig, tmp_path) as baseline:
+    with seeded(kube_request, [fixture], control_plane.kubeconfig, tmp_path) as seeds:
         live = live_scan(control_plane.kubeconfig)
         assert_no_traceback(live)
         assert live.exit_code == 0, live.output
-        offline = offline_scan(fixture, baseline)
+        offline = offline_scan(seeds.accepted, seeds.baseline)
         assert offline.exit_code == 0, offline.output
         assert_same_verdicts(live.report, offline.report)
-        check_id = fixture.parent.name
-        expected = "failed" if fixture.name.startswith("fail-") else "passed"
-        assert statuses(live.report)[check_id] == expected
+        if not seeds.rejected:  # the case is intact, so its verdict is the fixture's
+            expected = "failed" if fixture.name.startswith("fail-") else "passed"
+            assert statuses(live.report)[fixture.parent.name] == expected
 
 
 # --------------------------------------------------------------------------- permissions
@@ -536,7 +599,9 @@ def test_role_without_servicemonitors_blocks_only_their_checks(
 # --------------------------------------------------------------------------- pagination
 
 
-def test_pagination_lists_every_pod(kube_request: KubeRequest, control_plane: ControlPlaneLike) -> None:
+def test_pagination_lists_every_pod(
+    kube_request: KubeRequest, control_plane: ControlPlaneLike
+) -> None:
     namespace = _unique("many-pods")
     status, reply = kube_request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
     _ok(status, reply, "creating the namespace")
@@ -594,7 +659,10 @@ def test_closed_port_is_one_line_exit_3(tmp_path: Path) -> None:
 
 def test_bad_token_is_rejected_exit_3(control_plane: ControlPlaneLike, tmp_path: Path) -> None:
     kubeconfig = kubeconfig_file(
-        tmp_path / "bad.kubeconfig", control_plane.server, "not-a-valid-token", control_plane.ca_file
+        tmp_path / "bad.kubeconfig",
+        control_plane.server,
+        "not-a-valid-token",
+        control_plane.ca_file,
     )
     result = live_scan(kubeconfig)
     assert_no_traceback(result)

@@ -104,6 +104,7 @@ __all__ = [
     "untolerated_taints",
 ]
 
+REMEDIATION_ROOTS = ("", "pod_spec")
 CHECK_ID = re.compile(r"^[A-Z][A-Z0-9]*-([A-Z]+)-\d{3}$")
 
 Target = Resource | PodTemplate | Container
@@ -120,12 +121,19 @@ def check(
     references: Iterable[str],
     requires: Iterable[str | tuple[str, ...]],
     detection: str = "",
+    remediation_root: str = "",
 ) -> Callable[[CheckFunction], Check]:
     """Declare a check. Returns a `Check` value; nothing is registered as a side effect.
 
     `remediation` is a `string.Template`: `$kind`, `$namespace`, `$name` and any key of the
     result's `fix` mapping are filled in for the object at hand (`$$` for a literal dollar).
+    With `remediation_root="pod_spec"` it is a fragment of a pod spec (`containers: ...`), and
+    the finding shows it nested under the pod template's path in the object (`spec.template.
+    spec` of a Deployment, `spec.jobTemplate.spec.template.spec` of a CronJob): a strategic-merge
+    patch that `kubectl patch --patch-file` takes as it is.
     """
+    if remediation_root not in REMEDIATION_ROOTS:
+        raise ValueError(f"check {id}: remediation_root must be one of {REMEDIATION_ROOTS}")
     match = CHECK_ID.match(id)
     if not match:
         raise ValueError(f"check id {id!r} does not match PREFIX-CAT-NNN")
@@ -145,6 +153,7 @@ def check(
             function=function,
             detection=_clean(detection),
             module=getattr(function, "__module__", ""),
+            remediation_root=remediation_root,
         )
 
     return wrap
@@ -174,7 +183,11 @@ def _result(
     ref, subject = _ref_and_subject(target)
     if not path and isinstance(target, Container | PodTemplate):
         path = target.path
-    return Result(outcome, ref, f"{subject} {message}", path, severity, dict(fix or {}))
+    template = target.template if isinstance(target, Container) else target
+    pod_spec_path = template.path if isinstance(template, PodTemplate) else ""
+    return Result(
+        outcome, ref, f"{subject} {message}", path, severity, dict(fix or {}), pod_spec_path
+    )
 
 
 def passed(target: Target, message: str, *, path: str = "") -> Result:

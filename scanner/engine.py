@@ -68,7 +68,29 @@ def render_remediation(check: Check, result: Result) -> str:
         "name": result.ref.name,
         **result.fix,
     }
-    return string.Template(check.remediation).substitute(values)
+    text = string.Template(check.remediation).substitute(values)
+    # A path through a list (Volcano's spec.tasks[i]) has no patch form that names the item.
+    if (
+        check.remediation_root == "pod_spec"
+        and result.pod_spec_path
+        and "[" not in result.pod_spec_path
+    ):
+        return nest_fragment(text, result.pod_spec_path)
+    return text
+
+
+def nest_fragment(text: str, path: str) -> str:
+    """A YAML fragment moved under the mapping keys of a dotted path, its leading comments
+    kept on top: `containers: [...]` at `spec.template.spec` becomes a patch of the object."""
+    lines = text.splitlines()
+    head = 0
+    while head < len(lines) and (not lines[head].strip() or lines[head].lstrip().startswith("#")):
+        head += 1
+    keys = path.split(".")
+    opening = [f"{'  ' * depth}{key}:" for depth, key in enumerate(keys)]
+    indent = "  " * len(keys)
+    body = [f"{indent}{line}" if line.strip() else "" for line in lines[head:]]
+    return "\n".join([*lines[:head], *opening, *body])
 
 
 def _result_key(result: Result) -> tuple[str, str, str, str, str]:

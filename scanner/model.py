@@ -158,6 +158,8 @@ class Result:
     `path` points at the field that decided it. `severity` overrides the check's default for
     this one result (for checks whose impact depends on what they found). `fix` holds values
     the check's remediation template needs beyond the object's kind, namespace and name.
+    `pod_spec_path` is where the pod spec sits in the object (for results on pod templates), so
+    that a remediation written as a pod-spec fragment can be given as a patch of the object.
     """
 
     outcome: Outcome
@@ -166,6 +168,7 @@ class Result:
     path: str = ""
     severity: Severity | None = None
     fix: Mapping[str, str] = field(default_factory=dict)
+    pod_spec_path: str = ""
 
 
 class CheckStatus(Enum):
@@ -184,6 +187,9 @@ class Check:
 
     `requires` lists what the check reads: each entry is a resource type, or a tuple of
     resource types of which any one is enough (for example all the workload kinds).
+    `remediation_root` is "" when the remediation is written as it is to be applied (a whole
+    object, a patch of the object, a command) and "pod_spec" when it is a fragment of a pod
+    spec, which the engine nests under the template's path in the object at hand.
     """
 
     id: str
@@ -198,6 +204,7 @@ class Check:
     detection: str = ""
     origin: str = "gpu-audit"
     module: str = ""
+    remediation_root: str = ""
 
     def run(self, snapshot: Snapshot) -> list[Result]:
         return list(self.function(snapshot))

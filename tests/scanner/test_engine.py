@@ -1,11 +1,24 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
-from gpu_audit.api import Category, Result, Severity, Snapshot, check, failed, passed
+import yaml
+
+from gpu_audit.api import (
+    Category,
+    Result,
+    Severity,
+    Snapshot,
+    check,
+    failed,
+    gpu_pod_templates,
+    passed,
+)
 from gpu_audit.engine import run_check
 from gpu_audit.model import CheckStatus, ObjRef, Resource, SourceLocation
 from gpu_audit.snapshot import CollectionGap
+from gpu_audit.sources.files import load_files
 
 
 def node(name: str) -> Resource:
@@ -88,3 +101,56 @@ def test_a_broken_remediation_template_is_an_error() -> None:
 
     run = run_check(make(bad, remediation="set $missing"), Snapshot([node("a")]))  # type: ignore[arg-type]
     assert run.status is CheckStatus.ERROR and "missing" in run.reason
+
+
+def test_a_pod_spec_remediation_becomes_a_patch_of_the_owning_object(tmp_path: Path) -> None:
+    cron = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": "ml"},
+        "spec": {
+            "schedule": "@daily",
+            "jobTemplate": {
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "train",
+                                    "image": "x",
+                                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                                }
+                            ]
+                        }
+                    }
+                }
+            },
+        },
+    }
+
+    def templates(snap: Snapshot) -> Iterator[Result]:
+        for template in gpu_pod_templates(snap):
+            yield failed(template.containers()[0], "needs a fix")
+
+    pod_spec_check = check(
+        id="TEST-NODE-001",
+        title="t",
+        category=Category.NODES,
+        severity=Severity.LOW,
+        rationale="r",
+        remediation="# fix $kind $name\ncontainers:\n  - name: train\n    image: x:1",
+        references=("https://example.invalid/",),
+        requires=("CronJob",),
+        remediation_root="pod_spec",
+    )(templates)
+    (tmp_path / "cron.yaml").write_text(yaml.safe_dump(cron))
+    run = run_check(pod_spec_check, load_files([str(tmp_path / "cron.yaml")]))
+    text = run.findings[0].remediation
+    assert text.splitlines()[0] == "# fix CronJob nightly"
+    assert yaml.safe_load(text) == {
+        "spec": {
+            "jobTemplate": {
+                "spec": {"template": {"spec": {"containers": [{"name": "train", "image": "x:1"}]}}}
+            }
+        }
+    }

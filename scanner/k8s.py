@@ -517,6 +517,49 @@ def gpu_pod_templates(snapshot: Snapshot) -> Iterator[PodTemplate]:
     return (t for t in pod_templates(snapshot) if t.requests_gpu)
 
 
+def quantities(raw: object) -> dict[str, Decimal]:
+    """A ResourceList (requests, allocatable, overhead) as numbers; non-quantities are skipped."""
+    out: dict[str, Decimal] = {}
+    for name, value in as_mapping(raw).items():
+        try:
+            out[str(name)] = parse_quantity(value)
+        except QuantityError:
+            continue
+    return out
+
+
+def container_requests(container: Container) -> dict[str, Decimal]:
+    """A container's requests; a limit without a request defaults the request to the limit."""
+    return quantities({**container.limits, **container.requests})
+
+
+def add_quantities(total: dict[str, Decimal], more: Mapping[str, Decimal]) -> None:
+    for name, value in more.items():
+        total[name] = total.get(name, Decimal(0)) + value
+
+
+def effective_pod_request(template: PodTemplate) -> dict[str, Decimal]:
+    """What the scheduler reserves: max(any init container + the sidecars started before it,
+    all containers + all sidecars) per resource, plus spec.overhead
+    (https://kubernetes.io/docs/concepts/resource-management/effective-pod-requests-limits/)."""
+    running: dict[str, Decimal] = {}
+    peak: dict[str, Decimal] = {}
+    for container in template.containers():
+        requests = container_requests(container)
+        if container.init and not container.is_sidecar:
+            step = dict(running)
+            add_quantities(step, requests)
+            for name, value in step.items():
+                peak[name] = max(peak.get(name, Decimal(0)), value)
+        else:
+            add_quantities(running, requests)
+    total = {n: max(v, peak.get(n, Decimal(0))) for n, v in running.items()}
+    for name, value in peak.items():
+        total.setdefault(name, value)
+    add_quantities(total, quantities(template.spec.get("overhead")))
+    return {n: v for n, v in total.items() if v > 0}
+
+
 def schedules_on(pod_spec: Mapping[str, Any], node: Resource) -> bool:
     """Whether the node passes the pod's placement rules (selectors, affinity, taints),
     ignoring resource fit."""

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from gpu_audit.api import (
-    Container,
     PodTemplate,
-    QuantityError,
     Resource,
     Snapshot,
     Taint,
@@ -20,7 +17,6 @@ from gpu_audit.api import (
     is_extended_resource,
     node_affinity_matches,
     node_taints,
-    parse_quantity,
     str_map,
     tolerates,
 )
@@ -56,21 +52,27 @@ class Placement:
     taints: tuple[Taint, ...]
 
     @property
+    def is_nodepool(self) -> bool:
+        return self.target.ref.kind == NODEPOOL
+
+    @property
     def label(self) -> str:
-        kind = "NodePool" if self.target.ref.kind == NODEPOOL else "node"
+        kind = "NodePool" if self.is_nodepool else "node"
         return f"{kind} {self.target.ref.name}"
 
 
-def gpu_placements(snapshot: Snapshot, spec: Mapping[str, Any]) -> list[Placement]:
-    """GPU nodes that pass the pod's nodeSelector/required affinity, and NodePools that can
-    launch GPU instances satisfying them (ignoring taints and resources)."""
-    out = [
-        Placement(n, node_taints(n)) for n in gpu_hosts(snapshot) if node_affinity_matches(spec, n)
-    ]
+def placements(
+    snapshot: Snapshot, spec: Mapping[str, Any], *, gpu_only: bool = True
+) -> list[Placement]:
+    """Nodes that pass the pod's nodeSelector/required affinity, then the Karpenter NodePools
+    that could launch one (ignoring taints and resources). With `gpu_only`, GPU nodes and
+    NodePools that may launch GPU instances only."""
+    nodes = gpu_hosts(snapshot) if gpu_only else snapshot.of("Node")
+    out = [Placement(n, node_taints(n)) for n in nodes if node_affinity_matches(spec, n)]
     out.extend(
         Placement(p, nodepool_taints(p))
         for p in snapshot.of(NODEPOOL)
-        if nodepool_gpu_scope(p) != "none" and nodepool_may_satisfy(spec, p)
+        if not (gpu_only and nodepool_gpu_scope(p) == "none") and nodepool_may_satisfy(spec, p)
     )
     return out
 
@@ -204,48 +206,3 @@ def autoscaler_present(snapshot: Snapshot) -> bool:
 
 def is_daemonset(template: PodTemplate) -> bool:
     return template.owner.ref.kind == "DaemonSet"
-
-
-def _container_requests(container: Container) -> dict[str, Decimal]:
-    # A limit without a request defaults the request to the limit.
-    raw = {**{str(k): v for k, v in container.limits.items()}}
-    raw.update({str(k): v for k, v in container.requests.items()})
-    out: dict[str, Decimal] = {}
-    for name, value in raw.items():
-        try:
-            out[name] = parse_quantity(value)
-        except QuantityError:
-            continue
-    return out
-
-
-def _add(total: dict[str, Decimal], more: Mapping[str, Decimal]) -> None:
-    for name, value in more.items():
-        total[name] = total.get(name, Decimal(0)) + value
-
-
-def effective_pod_request(template: PodTemplate) -> dict[str, Decimal]:
-    """What the scheduler reserves: max(any init container + the sidecars started before it,
-    all containers + all sidecars) per resource, plus spec.overhead."""
-    running: dict[str, Decimal] = {}
-    peak: dict[str, Decimal] = {}
-    for container in template.containers():
-        requests = _container_requests(container)
-        if container.init and not container.is_sidecar:
-            step = dict(running)
-            _add(step, requests)
-            for name, value in step.items():
-                peak[name] = max(peak.get(name, Decimal(0)), value)
-        else:
-            _add(running, requests)
-    total = {n: max(v, peak.get(n, Decimal(0))) for n, v in running.items()}
-    for name, value in peak.items():
-        total.setdefault(name, value)
-    overhead: dict[str, Decimal] = {}
-    for name, value in as_mapping(template.spec.get("overhead")).items():
-        try:
-            overhead[str(name)] = parse_quantity(value)
-        except QuantityError:
-            continue
-    _add(total, overhead)
-    return {n: v for n, v in total.items() if v > 0}

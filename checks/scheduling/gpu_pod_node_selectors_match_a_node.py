@@ -13,15 +13,13 @@ from gpu_audit.api import (
     check,
     failed,
     gpu_pod_templates,
-    node_affinity_matches,
     passed,
     str_map,
 )
-from gpu_audit.checks.nodes._common import NODEPOOL
 from gpu_audit.checks.scheduling._common import (
     autoscaler_present,
     is_daemonset,
-    nodepool_may_satisfy,
+    placements,
 )
 
 _VALUES_SHOWN = 5
@@ -70,15 +68,16 @@ def gpu_pod_node_selectors_match_a_node(snapshot: Snapshot) -> Iterator[Result]:
 
 
 def _verdict(snapshot: Snapshot, template: PodTemplate, keys: list[str], scaler: bool) -> Result:
-    spec = template.spec
     path = template.path
-    matching = [n for n in snapshot.of("Node") if node_affinity_matches(spec, n)]
-    if matching:
-        return passed(template, f"node selection matches node {matching[0].ref.name}", path=path)
-    pools = [p for p in snapshot.of(NODEPOOL) if nodepool_may_satisfy(spec, p)]
-    if pools:
-        name = pools[0].ref.name
-        return passed(template, f"no node matches yet; NodePool {name} can launch one", path=path)
+    candidates = placements(snapshot, template.spec, gpu_only=False)
+    if candidates:
+        first = candidates[0]  # nodes come before NodePools
+        message = (
+            f"no node matches yet; {first.label} can launch one"
+            if first.is_nodepool
+            else f"node selection matches {first.label}"
+        )
+        return passed(template, message, path=path)
     seen = "; ".join(f"{k}: {_values(snapshot, k)}" for k in keys)
     fix = {"keys": ",".join(keys), "path": path}
     if scaler:

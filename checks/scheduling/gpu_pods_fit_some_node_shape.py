@@ -5,22 +5,21 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     PodTemplate,
-    QuantityError,
     Resource,
     Result,
     Severity,
     Snapshot,
     as_list,
-    as_mapping,
     check,
+    effective_pod_request,
     failed,
     format_quantity,
     gpu_pod_templates,
     is_gpu_resource,
     node_affinity_matches,
     node_taints,
-    parse_quantity,
     passed,
+    quantities,
 )
 from gpu_audit.checks.nodes._common import (
     NODEPOOL,
@@ -32,7 +31,6 @@ from gpu_audit.checks.nodes._common import (
 from gpu_audit.checks.scheduling._common import (
     autoscaler_present,
     blocking_taints,
-    effective_pod_request,
     nodepool_may_satisfy,
 )
 
@@ -108,17 +106,7 @@ def _pool_eligible(template: PodTemplate, pool: Resource) -> bool:
 
 
 def _allocatable(node: Resource) -> dict[str, Decimal]:
-    return _quantities(node.status.get("allocatable"))
-
-
-def _quantities(raw: object) -> dict[str, Decimal]:
-    out: dict[str, Decimal] = {}
-    for name, value in as_mapping(raw).items():
-        try:
-            out[str(name)] = parse_quantity(value)
-        except QuantityError:
-            continue
-    return out
+    return quantities(node.status.get("allocatable"))
 
 
 def _short(request: Mapping[str, Decimal], have: Mapping[str, Decimal]) -> list[str]:
@@ -131,7 +119,7 @@ def _short(request: Mapping[str, Decimal], have: Mapping[str, Decimal]) -> list[
 
 
 def _pool_can_fit(pool: Resource, request: Mapping[str, Decimal]) -> bool:
-    limits = _quantities(as_mapping(pool.spec.get("limits")))
+    limits = quantities(pool.spec.get("limits"))
     if any(name in limits and limits[name] < want for name, want in request.items()):
         return False
     gpus = sum((v for k, v in request.items() if is_gpu_resource(k)), Decimal(0))

@@ -16,7 +16,7 @@ from gpu_audit.checks.scheduling._common import (
     Placement,
     auto_tolerated,
     blocking_taints,
-    gpu_placements,
+    placements,
 )
 
 _SHOWN = 3
@@ -64,7 +64,7 @@ _SHOWN = 3
 )
 def gpu_pods_tolerate_taints_of_some_gpu_node(snapshot: Snapshot) -> Iterator[Result]:
     for template in gpu_pod_templates(snapshot):
-        candidates = gpu_placements(snapshot, template.spec)
+        candidates = placements(snapshot, template.spec)
         if candidates:
             yield _verdict(template, candidates)
 

@@ -13,12 +13,14 @@ from typing import Any
 import yaml
 
 from gpu_audit.api import (
+    QuantityError,
     Resource,
     Severity,
     Snapshot,
     as_list,
     as_mapping,
     gpu_nodes,
+    parse_quantity,
     templates_of,
 )
 from gpu_audit.checks.stack._common import (
@@ -295,3 +297,26 @@ def ref_nodes(snapshot: Snapshot, ref: ConfigRef) -> tuple[Resource, ...]:
     if ref.daemonset is not None:
         return tuple(n for n in nodes if daemonset_runs_on(ref.daemonset, n))
     return tuple(n for n in nodes if operand_deployed(n, "device-plugin"))
+
+
+# --------------------------------------------------------------------------- what GFD says
+
+# GFD labels (k8s-device-plugin internal/lm/resource.go): <resource>.replicas is 1 without
+# sharing (0 when the labeller runs with sharing disabled); the product gets -SHARED when the
+# replicas keep the resource's own name (shared and not renamed).
+STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+COUNT_LABEL = "nvidia.com/gpu.count"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+SHARED_SUFFIX = "-SHARED"
+
+
+def capacity_of(node: Resource, name: str) -> int | None:
+    """The node's status.capacity of `name` as a whole number (None when absent or invalid)."""
+    value = as_mapping(node.status.get("capacity")).get(name)
+    if value is None:
+        return None
+    try:
+        return int(parse_quantity(value))
+    except QuantityError:
+        return None

@@ -1,6 +1,5 @@
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from gpu_audit.api import (
     Category,
@@ -9,13 +8,11 @@ from gpu_audit.api import (
     Result,
     Severity,
     Snapshot,
-    as_list,
     as_mapping,
     check,
     failed,
     gpu_nodes,
     passed,
-    schedules_on,
 )
 from gpu_audit.checks.stack._common import (
     DEPLOY_PREFIX,
@@ -24,7 +21,7 @@ from gpu_audit.checks.stack._common import (
     daemonset_runs_on,
     device_plugin_daemonsets,
     is_operator_operand,
-    operand_deployed,
+    policy_operand_runs_on,
 )
 
 OPERATOR = "operator"
@@ -32,8 +29,6 @@ STANDALONE = "standalone"
 BUILTIN = "builtin"
 GKE_ACCELERATOR = "cloud.google.com/gke-accelerator"
 GKE_OPT_OUT = "gke-no-default-nvidia-gpu-device-plugin"
-# The operand's own toleration; the ClusterPolicy's spec.daemonsets.tolerations are added to it.
-_OPERAND_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,20 +119,15 @@ def _owners_by_node(snapshot: Snapshot) -> list[tuple[Resource, list[Owner]]]:
             for ds in plugins
             if daemonset_runs_on(ds, node)
         ]
-        if virtual_operator and policy is not None and _operator_plugin_runs_on(policy, node):
+        if (
+            virtual_operator
+            and policy is not None
+            and policy_operand_runs_on(policy, node, "device-plugin")
+        ):
             found.append(Owner(OPERATOR, f"ClusterPolicy {policy.ref.name} (devicePlugin)"))
         found.extend(_builtin_owners(node, gke_daemonset_present))
         out.append((node, found))
     return out
-
-
-def _operator_plugin_runs_on(policy: Resource, node: Resource) -> bool:
-    if not operand_deployed(node, "device-plugin"):
-        return False
-    daemonsets = policy.spec.get("daemonsets")
-    extra = as_list(daemonsets.get("tolerations")) if isinstance(daemonsets, Mapping) else []
-    spec: dict[str, Any] = {"tolerations": [_OPERAND_TOLERATION, *extra]}
-    return schedules_on(spec, node)
 
 
 def _is_gke_plugin(daemonset: Resource) -> bool:

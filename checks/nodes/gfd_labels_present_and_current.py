@@ -1,0 +1,188 @@
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from gpu_audit.api import (
+    NVIDIA_MIG_PREFIX,
+    Category,
+    Resource,
+    Result,
+    Severity,
+    Snapshot,
+    as_list,
+    as_mapping,
+    check,
+    failed,
+    passed,
+)
+from gpu_audit.checks.nodes._common import (
+    gpu_hosts,
+    gpu_quantities,
+    has_resource_status,
+    is_bootstrapping,
+)
+from gpu_audit.checks.stack._common import (
+    CLUSTER_POLICY,
+    active_cluster_policy,
+    command_line,
+    component_enabled,
+    containers,
+    daemonset_runs_on,
+    env_value,
+    policy_operand_runs_on,
+)
+
+_GFD = "gpu-feature-discovery"
+_DEPLOY_LABEL = "nvidia.com/gpu.deploy.gpu-feature-discovery"
+_TIMESTAMP = "nvidia.com/gfd.timestamp"
+# Each requirement is met by any one of its labels: the driver major moved to
+# cuda.driver-version.major, and cuda.driver.major is kept only as a deprecated alias.
+_REQUIRED: tuple[tuple[str, ...], ...] = (
+    ("nvidia.com/gpu.product",),
+    ("nvidia.com/gpu.count",),
+    ("nvidia.com/gpu.memory",),
+    ("nvidia.com/cuda.driver-version.major", "nvidia.com/cuda.driver.major"),
+)
+_MIN_STALE_SECONDS = 24 * 3600
+_DEFAULT_SLEEP_SECONDS = 60
+_DURATION = re.compile(r"^(\d+)(s|m|h)?$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600}
+
+
+@check(
+    id="GPU-NODE-007",
+    title="GPU Feature Discovery labels are present and current on every GPU node it should label",
+    category=Category.NODES,
+    severity=Severity.MEDIUM,
+    requires=("Node", ("DaemonSet", CLUSTER_POLICY)),
+    rationale="""
+        Workloads and autoscalers select GPU nodes by nvidia.com/gpu.product, gpu.memory,
+        gpu.count and the CUDA driver version that GFD writes. A GPU node without them matches
+        no such selector, so pods stay Pending while the node sits idle; labels GFD stopped
+        refreshing keep describing a MIG layout or driver the node no longer has.
+    """,
+    detection="""
+        When GFD is deployed (a gpu-feature-discovery DaemonSet, or a ClusterPolicy with gfd
+        not disabled): every GPU node GFD runs on (its DaemonSet's selectors and taints, or
+        the operator's gpu.deploy.gpu-feature-discovery label) that advertises GPUs or carries
+        that deploy label must have nvidia.com/gpu.product, gpu.count, gpu.memory (or, under
+        the mixed MIG strategy, a nvidia.com/mig-<profile>.memory) and
+        nvidia.com/cuda.driver-version.major (or the deprecated cuda.driver.major). Without a
+        clock the catalogue's "fresh" test compares nodes: a nvidia.com/gfd.timestamp more
+        than max(24h, 10 x GFD_SLEEP_INTERVAL) older than the newest one in the input fails
+        low; nodes without a timestamp (--no-timestamp) are not compared. Nodes still joining
+        are skipped. Cloud labels (gke-accelerator) do not substitute. Selectors that use GFD
+        values no node carries are GPU-SCHED-002's finding.
+    """,
+    remediation="""
+        kubectl get pods -A -o wide --field-selector spec.nodeName=$name | grep gpu-feature-discovery
+        # $hint
+        # labels GFD wrote: kubectl get node $name -o jsonpath='{.metadata.labels}'
+    """,
+    references=(
+        "https://github.com/NVIDIA/k8s-device-plugin/blob/main/docs/gpu-feature-discovery/README.md",
+        "https://github.com/NVIDIA/k8s-device-plugin/blob/main/internal/lm/nvml.go",
+    ),
+)
+def gfd_labels_present_and_current(snapshot: Snapshot) -> Iterator[Result]:
+    policy = active_cluster_policy(snapshot)
+    if policy is not None and not component_enabled(policy, "gfd"):
+        policy = None
+    daemonsets = [ds for ds in snapshot.of("DaemonSet") if _is_gfd(ds)]
+    if policy is None and not daemonsets:
+        return  # no GFD: nothing promises these labels
+    stale_after = max(_MIN_STALE_SECONDS, 10 * _sleep_seconds(daemonsets, policy))
+    nodes = [n for n in gpu_hosts(snapshot) if _labelled_by_gfd(n, daemonsets, policy)]
+    newest = max((t for n in nodes if (t := _timestamp(n)) is not None), default=None)
+    for node in nodes:
+        missing = _missing(node)
+        timestamp = _timestamp(node)
+        if missing:
+            yield failed(
+                node,
+                f"lacks the GFD labels {', '.join(missing)}",
+                path="metadata.labels",
+                fix={"hint": "GFD is not running or not labelling here: read its log on the node"},
+            )
+        elif newest is not None and timestamp is not None and newest - timestamp > stale_after:
+            hours = (newest - timestamp) // 3600
+            yield failed(
+                node,
+                f"GFD labels are {hours}h older than the newest on another node "
+                f"({_TIMESTAMP}={timestamp}): GFD stopped relabelling this node",
+                path=f"metadata.labels.{_TIMESTAMP}",
+                severity=Severity.LOW,
+                fix={"hint": "restart the GFD pod on the node; NFD must also be running"},
+            )
+        else:
+            yield passed(node, "carries GFD's product, count, memory and driver labels")
+
+
+def _is_gfd(daemonset: Resource) -> bool:
+    if _GFD in daemonset.ref.name:
+        return True
+    return any(
+        _GFD in command_line(c) or _GFD in str(c.get("image", "")) for c in containers(daemonset)
+    )
+
+
+def _labelled_by_gfd(node: Resource, daemonsets: list[Resource], policy: Resource | None) -> bool:
+    """A GPU node GFD runs on and is expected to have labelled by now."""
+    if is_bootstrapping(node):
+        return False
+    advertises = has_resource_status(node) and any(
+        v > 0 for v in gpu_quantities(node, "allocatable").values()
+    )
+    if not (advertises or node.labels.get(_DEPLOY_LABEL) == "true"):
+        return False
+    if daemonsets:
+        return any(daemonset_runs_on(ds, node) for ds in daemonsets)
+    return policy is not None and policy_operand_runs_on(policy, node, _GFD)
+
+
+def _missing(node: Resource) -> list[str]:
+    labels = node.labels
+    missing = [names[0] for names in _REQUIRED if not any(n in labels for n in names)]
+    # Under mixed, MIG-only nodes describe memory per profile.
+    per_profile = labels.get("nvidia.com/mig.strategy") == "mixed" and any(
+        k.startswith(NVIDIA_MIG_PREFIX) and k.endswith(".memory") for k in labels
+    )
+    if per_profile and "nvidia.com/gpu.memory" in missing:
+        missing.remove("nvidia.com/gpu.memory")
+    return missing
+
+
+def _timestamp(node: Resource) -> int | None:
+    try:
+        return int(node.labels[_TIMESTAMP])
+    except (KeyError, ValueError):
+        return None
+
+
+def _sleep_seconds(daemonsets: list[Resource], policy: Resource | None) -> int:
+    """The longest GFD_SLEEP_INTERVAL configured (DaemonSet env, ClusterPolicy gfd.env)."""
+    values: list[str] = []
+    for daemonset in daemonsets:
+        for container in containers(daemonset):
+            found = env_value(container, "GFD_SLEEP_INTERVAL")
+            if found:
+                values.append(found)
+    if policy is not None:
+        gfd: Mapping[str, Any] = as_mapping(policy.spec.get("gfd"))
+        values.extend(
+            str(as_mapping(e).get("value", ""))
+            for e in as_list(gfd.get("env"))
+            if as_mapping(e).get("name") == "GFD_SLEEP_INTERVAL"
+        )
+    seconds = [_seconds(v) for v in values]
+    return max((s for s in seconds if s is not None), default=_DEFAULT_SLEEP_SECONDS)
+
+
+def _seconds(duration: str) -> int | None:
+    """A Go duration of one unit ("60s", "5m", "1h"); None for anything else."""
+    match = _DURATION.match(duration.strip())
+    if not match:
+        return None
+    return int(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]

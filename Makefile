@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SAMPLE := fixtures/clusters/sample
 
-.PHONY: install scan test lint typecheck pytest docs docs-check clean
+.PHONY: install scan test lint typecheck pytest docs docs-check clean fuzz screenshot
 
 $(BIN)/gpu-audit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,8 +39,19 @@ typecheck: install
 pytest: install
 	$(BIN)/pytest -q
 
+## >= 100,000 hostile inputs through the loader and every check (one process, low priority);
+## the atheris stage runs when `pip install atheris` worked on this machine.
+fuzz: install
+	nice -n 10 $(BIN)/python tests/fuzz/run_fuzz.py --examples 50000 --atheris-runs 100000
+
+## docs/report-screenshot.png: the sample cluster's HTML report in headless Chromium
+## (needs the Debian packages chromium and chromium-driver).
+screenshot: install
+	$(BIN)/python scripts/screenshot.py --output docs/report-screenshot.png
+
 docs: install
 	$(BIN)/gpu-audit checks docs > docs/checks.md
+	$(BIN)/gpu-audit frameworks docs > docs/frameworks.md
 
 clean:
 	rm -rf $(VENV) .typecheck .mypy_cache .pytest_cache .ruff_cache build *.egg-info report.json report.html

@@ -1,39 +1,171 @@
-"""The HTML report: one self-contained page (inline CSS and JS, no network), autoescaped."""
+"""The HTML report: one self-contained page (inline CSS, JS and SVG charts, no network).
+
+Everything from the cluster goes through Jinja's autoescaping; links are made only from
+http(s) URLs. The Content-Security-Policy allows nothing but the page's own style and script
+blocks, named by their SHA-256, so injected markup could neither load nor run anything even if
+it got through. The hashes keep the page byte-identical for the same report (a nonce would not).
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpu_audit.reports.base import Document, Renderer
 from gpu_audit.reports.table import SEVERITIES
 
+CLUSTER_SCOPED = "(cluster-scoped)"
+NAMESPACE_CHART_ROWS = 20  # the chart shows the lowest-scoring ones; the table lists them all
 
-def _group_findings(document: Document) -> list[dict[str, Any]]:
-    """Findings grouped under their check, checks in severity order. Presentation only: the
-    findings and their order come from the document."""
+
+def http_url(value: object) -> str | None:
+    """The URL when it is an absolute http(s) URL, else None (no javascript:, data:, ...)."""
+    if not isinstance(value, str):
+        return None
+    parts = urlsplit(value.strip())
+    return value.strip() if parts.scheme in ("http", "https") and parts.netloc else None
+
+
+def number(value: object) -> str:
+    """Quantities as the document gives them: 8 and 0.5, never 8.0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    return format(Decimal(str(value)).normalize(), "f")
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """One row of a horizontal bar chart; `fraction` (0-1) of the track is filled."""
+
+    label: str
+    fraction: float | None
+    text: str
+    css: str
+
+
+def _score_bar(label: str, row: Mapping[str, Any]) -> Bar:
+    if row["score"] is None:
+        return Bar(label, None, "not evaluated", "fill-none")
+    text = f"{row['score']:.1f} · {row['grade']}"
+    return Bar(label, row["score"] / 100, text, f"fill-{row['grade']}")
+
+
+def _severity_bars(document: Document) -> list[Bar]:
+    counts = document["summary"]["by_severity"]
+    most = max([counts.get(sev, 0) for sev in SEVERITIES] + [1])
+    return [
+        Bar(sev, counts.get(sev, 0) / most, str(counts.get(sev, 0)), f"fill-{sev}")
+        for sev in SEVERITIES
+    ]
+
+
+def _category_bars(document: Document) -> list[Bar]:
+    return [_score_bar(row["title"], row) for row in document["score"]["categories"]]
+
+
+def _namespace_bars(document: Document) -> list[Bar]:
+    """The lowest-scoring namespaces first (unscored last), as many as the chart shows."""
+    rows = sorted(
+        document["score"]["namespaces"], key=lambda r: (r["score"] is None, r["score"] or 0.0)
+    )
+    return [_score_bar(r["namespace"] or CLUSTER_SCOPED, r) for r in rows[:NAMESPACE_CHART_ROWS]]
+
+
+def usage_segments(counts: Mapping[str, Any]) -> Sequence[tuple[str, float, float]]:
+    """(css class, start, width) over allocatable: in use, held by exited containers (part of
+    what is requested), idle."""
+    allocatable = float(counts["allocatable"] or 0)
+    if allocatable <= 0:
+        return ()
+    held = min(float(counts["held_by_finished"]), float(counts["requested"]))
+    parts = (
+        ("requested", float(counts["requested"]) - held),
+        ("held", held),
+        ("idle", float(counts["idle"])),
+    )
+    segments, start = [], 0.0
+    for css, amount in parts:
+        width = max(0.0, min(amount / allocatable, 1.0 - start))
+        if width > 0:
+            segments.append((css, start, width))
+            start += width
+    return segments
+
+
+def _csp_hash(text: str) -> str:
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
+
+
+def _group_by_check(document: Document, items: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Findings under their check, in the document's order (severity first)."""
     checks = {c["id"]: c for c in document["checks"]}
-    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for finding in document["findings"]:
+    grouped: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for finding in items:
         grouped[finding["check_id"]].append(finding)
-    return [{"check": checks[cid], "findings": items} for cid, items in grouped.items()]
+    return [{"check": checks[cid], "findings": found} for cid, found in grouped.items()]
+
+
+def _filter_options(document: Document) -> dict[str, list[tuple[str, str]]]:
+    """(value, label) of the categories and namespaces that have findings, for the filters."""
+    titles = {c["category"]: c["title"] for c in document["score"]["categories"]}
+    categories = sorted({f["category"] for f in document["findings"]})
+    namespaces = sorted({f["resource"]["namespace"] or "" for f in document["findings"]})
+    return {
+        "categories": [(c, titles.get(c, c)) for c in categories],
+        "namespaces": [(ns, ns or CLUSTER_SCOPED) for ns in namespaces],
+    }
 
 
 def render_html(document: Document, color: bool = False) -> str:
     import jinja2  # imported here: only the HTML output needs it
+    from markupsafe import Markup
 
+    loader = jinja2.PackageLoader("gpu_audit.reports", "templates")
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("gpu_audit.reports", "templates"),
+        loader=loader,
         autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    template = env.get_template("report.html.j2")
-    return template.render(
+    env.filters["http_url"] = http_url
+    env.filters["number"] = number
+    env.globals["usage_segments"] = usage_segments
+    # The page's own assets, inserted verbatim: they are files of this package, not cluster data.
+    css = loader.get_source(env, "report.css")[0]
+    js = loader.get_source(env, "report.js")[0]
+    csp = (
+        f"default-src 'none'; style-src {_csp_hash(css)}; script-src {_csp_hash(js)}; "
+        "base-uri 'none'; form-action 'none'"
+    )
+    diagnostics = document.get("diagnostics") or {}
+    return env.get_template("report.html.j2").render(
         report=document,
-        groups=_group_findings(document),
+        css=Markup(css),
+        js=Markup(js),
+        csp=csp,
         severities=SEVERITIES,
+        groups=_group_by_check(document, document["findings"]),
+        exempted_groups=_group_by_check(document, document.get("exempted_findings") or []),
+        options=_filter_options(document),
+        charts={
+            "severity": _severity_bars(document),
+            "category": _category_bars(document),
+            "namespace": _namespace_bars(document),
+        },
+        cluster_scoped=CLUSTER_SCOPED,
+        inventory=diagnostics.get("inventory"),
+        pending_pods=diagnostics.get("pending_pods"),
+        exemptions=document.get("exemptions") or {},
+        baseline=document.get("baseline"),
+        compliance=document.get("compliance"),
         blocked=[
             c
             for c in document["checks"]

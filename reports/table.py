@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from tabulate import tabulate
 
 from gpu_audit.reports.base import Document, Renderer
+from gpu_audit.reports.compliance_table import compliance_lines
+from gpu_audit.reports.diagnostics_table import diagnostics_lines
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 _COLOURS = {"critical": "\033[1;31m", "high": "\033[31m", "medium": "\033[33m", "low": "\033[36m"}
@@ -37,6 +39,67 @@ def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:.0f}%"
 
 
+def _exempted_by(exemption: Mapping[str, Any]) -> str:
+    if exemption["source"] == "annotation":
+        return "annotation"
+    until = f", until {exemption['expires']}" if exemption["expires"] else ""
+    return f"{exemption['file']} entry {exemption['entry']}{until}"
+
+
+def _baseline_line(baseline: Mapping[str, Any], name: str) -> str:
+    counts = baseline["summary"]
+    line = (
+        f"Compared with {name}: {counts['new']} new, {counts['resolved']} resolved, "
+        f"{counts['unchanged']} unchanged"
+    )
+    if counts["not_rechecked"]:
+        line += f", {counts['not_rechecked']} not re-checked (their check did not run)"
+    return line
+
+
+def _findings_table(
+    findings: Sequence[Mapping[str, Any]], color: bool, new: Collection[str] | None
+) -> str:
+    """Findings of a report or of a comparison (whose items say when they are exempted); with
+    `new` (the fingerprints new since a baseline), a first column marks those."""
+    headers = ["SEVERITY", "CHECK", "OBJECT", "FINDING"]
+    widths: list[int | None] = [None, None, 40, 70]
+    rows = [
+        [
+            _paint(f["severity"].upper(), f["severity"], color),
+            f["check_id"],
+            _where(f["resource"]),
+            f["message"] + (" (exempted)" if f.get("exempted") else ""),
+        ]
+        for f in findings
+    ]
+    if new is not None:
+        headers, widths = ["BASELINE", *headers], [None, *widths]
+        rows = [
+            ["new" if f["fingerprint"] in new else "", *row]
+            for f, row in zip(findings, rows, strict=True)
+        ]
+    return tabulate(rows, headers=headers, tablefmt="simple", maxcolwidths=widths)
+
+
+def _exempted_table(findings: Sequence[Mapping[str, Any]]) -> str:
+    rows = [
+        [
+            f["check_id"],
+            _where(f["resource"]),
+            _exempted_by(f["exemption"]),
+            f["exemption"]["reason"],
+        ]
+        for f in findings
+    ]
+    return tabulate(
+        rows,
+        headers=["CHECK", "OBJECT", "EXEMPTED BY", "REASON"],
+        tablefmt="simple",
+        maxcolwidths=[None, 40, 40, 60],
+    )
+
+
 def render_table(document: Document, color: bool = False) -> str:
     score, cov, summary = document["score"], document["coverage"], document["summary"]
     overall = (
@@ -58,27 +121,28 @@ def render_table(document: Document, color: bool = False) -> str:
         )
         if summary["findings"]
         else "Findings: none",
-        "",
     ]
+    # Reports of schema 1.0 have neither exemptions nor a baseline.
+    exempted = document.get("exempted_findings", [])
+    if exempted:
+        lines.append(f"Exempted: {len(exempted)} (listed below, not counted in the score)")
+    baseline = document.get("baseline")
+    if baseline:
+        lines.append(_baseline_line(baseline, baseline["file"]))
+    lines.append("")
     if document["findings"]:
-        rows = [
+        new = {f["fingerprint"] for f in baseline["findings"]["new"]} if baseline else None
+        lines.extend([_findings_table(document["findings"], color, new), ""])
+    if exempted:
+        lines.extend(["Exempted findings:", _exempted_table(exempted), ""])
+    if baseline and baseline["findings"]["resolved"]:
+        lines.extend(
             [
-                _paint(f["severity"].upper(), f["severity"], color),
-                f["check_id"],
-                _where(f["resource"]),
-                f["message"],
+                "Resolved since the baseline:",
+                _findings_table(baseline["findings"]["resolved"], color, None),
+                "",
             ]
-            for f in document["findings"]
-        ]
-        lines.append(
-            tabulate(
-                rows,
-                headers=["SEVERITY", "CHECK", "OBJECT", "FINDING"],
-                tablefmt="simple",
-                maxcolwidths=[None, None, 40, 70],
-            )
         )
-        lines.append("")
     blocked = [
         c
         for c in document["checks"]
@@ -96,7 +160,38 @@ def render_table(document: Document, color: bool = False) -> str:
             )
         )
         lines.append("")
+    lines.extend(diagnostics_lines(document.get("diagnostics")))
+    lines.extend(compliance_lines(document.get("compliance", [])))  # absent before schema 1.1
     lines.extend(f"warning: {warning}" for warning in document["source"]["warnings"])
+    exemption_warnings = document.get("exemptions", {}).get("warnings", [])
+    lines.extend(f"warning: {warning}" for warning in exemption_warnings)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def render_diff_table(document: Document, color: bool = False) -> str:
+    """`gpu-audit diff`: both scores, the counts, then the new and the resolved findings."""
+
+    def about(report: Mapping[str, Any]) -> str:
+        score = "n/a" if report["overall"] is None else f"{report['overall']:.1f}"
+        return f"{report['file']} (score {score}, grade {report['grade'] or '-'})"
+
+    summary, groups = document["summary"], document["findings"]
+    counted = [
+        f"{summary['new_by_severity'][s]} {s}" for s in SEVERITIES if summary["new_by_severity"][s]
+    ]
+    lines = [
+        f"gpu-audit diff: {about(document['old'])} -> {about(document['new'])}",
+        _baseline_line(document, "the old report"),
+        f"New findings that count: {', '.join(counted) or 'none'}",
+        "",
+    ]
+    for group, heading in (
+        ("new", "New:"),
+        ("resolved", "Resolved:"),
+        ("not_rechecked", "Not re-checked (their check did not run in the new report):"),
+    ):
+        if groups[group]:
+            lines.extend([heading, _findings_table(groups[group], color, None), ""])
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -57,6 +57,7 @@ from gpu_audit.model import (
     Result,
     Severity,
 )
+from gpu_audit.redact import credential_like, is_placeholder
 from gpu_audit.snapshot import Snapshot
 
 __all__ = [
@@ -81,6 +82,7 @@ __all__ = [
     "as_mapping",
     "check",
     "controller_owner",
+    "credential_like",
     "effective_pod_request",
     "failed",
     "format_quantity",
@@ -89,6 +91,7 @@ __all__ = [
     "is_extended_resource",
     "is_gpu_node",
     "is_gpu_resource",
+    "is_placeholder",
     "label_selector_matches",
     "map_selector_matches",
     "node_affinity_matches",

@@ -6,9 +6,11 @@ Exit codes: 0 scan complete and nothing at or above --fail-on; 1 findings at or 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -17,12 +19,25 @@ import click
 
 from gpu_audit import __version__
 from gpu_audit.catalog import check_metadata, checks_markdown
+from gpu_audit.declarative import load_check_dirs
+from gpu_audit.diagnostics import SCAN_TYPES as DIAGNOSTIC_SCAN_TYPES
+from gpu_audit.diagnostics import diagnostics_section
+from gpu_audit.diff import attach_baseline, diff_reports, load_comparable, new_at_or_above
 from gpu_audit.engine import run_checks
 from gpu_audit.errors import InputError
+from gpu_audit.exemptions import apply_exemptions, evaluation_date, load_exemptions
+from gpu_audit.frameworks import (
+    Framework,
+    compliance_section,
+    frameworks_markdown,
+    resolve_frameworks,
+    shipped_frameworks,
+)
 from gpu_audit.model import Category, Check, Severity
 from gpu_audit.registry import RegistryError, load_checks, select_checks
-from gpu_audit.report import Document, build_report, load_report, timestamp_from_epoch
+from gpu_audit.report import Document, build_report, dumps, load_report, timestamp_from_epoch
 from gpu_audit.reports import RENDERERS
+from gpu_audit.reports.table import render_diff_table
 from gpu_audit.snapshot import Snapshot
 from gpu_audit.sources.files import load_files
 
@@ -33,7 +48,7 @@ FORMAT_CHOICES = sorted(RENDERERS)
 EPILOG = """\b
 Exit codes:
   0  scan complete, no finding at or above --fail-on
-  1  findings at or above --fail-on
+  1  findings at or above --fail-on (or new ones at or above --fail-on-new)
   2  usage or input error (the message names the file and document)
   3  scan incomplete: input could not be collected or a check raised
 """
@@ -50,11 +65,23 @@ def _split(values: Sequence[str]) -> list[str]:
     return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
-def _registry(plugins: bool) -> dict[str, Check]:
+def _registry(plugins: bool, checks_dirs: Sequence[str] = ()) -> dict[str, Check]:
     try:
-        return load_checks(plugins=plugins)
+        return load_checks(plugins=plugins, extra=load_check_dirs(checks_dirs))
     except RegistryError as exc:
         _fail([str(exc)])
+    except InputError as exc:
+        _fail(exc.problems)
+
+
+checks_dir_option = click.option(
+    "--checks-dir",
+    "checks_dirs",
+    multiple=True,
+    metavar="DIR",
+    help="Add the declarative checks (*.yaml) of this directory; see "
+    "docs/declarative-checks.md. Repeat for several.",
+)
 
 
 def _write(text: str, destination: str | None, color_ok: bool = False) -> None:
@@ -220,6 +247,46 @@ def main() -> None:
     help="Run only checks of these categories (name or id code, e.g. monitoring or MON).",
 )
 @click.option("--no-plugins", is_flag=True, help="Ignore third-party checks.")
+@click.option(
+    "--record-duration",
+    is_flag=True,
+    help="Put the scan's wall-clock duration in the report (scan_duration_seconds); the "
+    "output is then no longer the same bytes for the same input.",
+)
+@click.option(
+    "--exemptions",
+    "exemptions_file",
+    metavar="FILE",
+    help="YAML file of accepted findings (check ids, objects, reason, optional expiry): they "
+    "stay in the report as exempted and do not count.",
+)
+@click.option(
+    "--today",
+    type=click.DateTime(formats=["%Y-%m-%d"]),
+    hidden=True,
+    help="The date exemption expiry is judged on (default: the SOURCE_DATE_EPOCH day, else "
+    "today). For reproducible tests.",
+)
+@click.option(
+    "--baseline",
+    metavar="REPORT.json",
+    help="A previous JSON report: the report gains a baseline section of new, resolved and "
+    "unchanged findings.",
+)
+@click.option(
+    "--fail-on-new",
+    type=click.Choice(SEVERITY_CHOICES),
+    help="With --baseline: exit 1 when a new finding (not exempted) has this severity or worse.",
+)
+@click.option(
+    "--framework",
+    "frameworks",
+    multiple=True,
+    metavar="NAME",
+    help="Add a compliance section for this framework (see `gpu-audit frameworks list`, or a "
+    "framework .yaml file). Repeat for several.",
+)
+@checks_dir_option
 @live_options
 def scan(
     from_files: tuple[str, ...],
@@ -231,6 +298,13 @@ def scan(
     skip: tuple[str, ...],
     categories: tuple[str, ...],
     no_plugins: bool,
+    record_duration: bool,
+    exemptions_file: str | None,
+    today: dt.datetime | None,
+    baseline: str | None,
+    fail_on_new: str | None,
+    frameworks: tuple[str, ...],
+    checks_dirs: tuple[str, ...],
     **live: Any,
 ) -> None:
     """Scan a cluster (or manifests) and report GPU misconfigurations.
@@ -245,31 +319,56 @@ def scan(
         cats = [Category.parse(c) for c in _split(categories)]
     except ValueError as exc:
         _fail([str(exc)])
-    registry = _registry(plugins=not no_plugins)
+    registry = _registry(plugins=not no_plugins, checks_dirs=checks_dirs)
     try:
         enabled = select_checks(registry, only=_split(only), skip=_split(skip), categories=cats)
     except RegistryError as exc:
         _fail([str(exc)])
+    if fail_on_new and not baseline:
+        _fail(["--fail-on-new needs --baseline"])
     try:
         generated_at = timestamp_from_epoch(os.environ.get("SOURCE_DATE_EPOCH"))
+        rules = load_exemptions(exemptions_file, registry) if exemptions_file else None
+        old = load_comparable(baseline) if baseline else None
+        chosen = resolve_frameworks(_split(frameworks), registry)
+        started = time.monotonic()
         if from_files:
             snapshot = load_files(from_files, sys.stdin)
         else:
-            snapshot = _collect_live(_required_types(enabled.values()), live)
+            wanted = _required_types(enabled.values()) | set(DIAGNOSTIC_SCAN_TYPES)
+            snapshot = _collect_live(wanted, live)
     except InputError as exc:
         _fail(exc.problems)
-    runs = run_checks(enabled.values(), snapshot)
-    document = build_report(snapshot, runs, generated_at=generated_at)
+    day = evaluation_date(today.date() if today else None, generated_at)
+    runs, exempted = apply_exemptions(
+        run_checks(enabled.values(), snapshot), snapshot, registry, rules, day
+    )
+    duration = round(time.monotonic() - started, 3) if record_duration else None
+    document = build_report(
+        snapshot,
+        runs,
+        generated_at=generated_at,
+        scan_duration_seconds=duration,
+        exemptions=exempted,
+        diagnostics=diagnostics_section(snapshot),
+    )
+    if old is not None and baseline:
+        document = attach_baseline(document, old, baseline)
+    document["compliance"] = compliance_section(chosen, document["checks"])
     _emit(document, formats or ("table",), output_file, output_dir)
     for run in runs:
         if run.error_detail:
             click.echo(f"gpu-audit: {run.check.id} {run.reason}", err=True)
+    for warning in document["exemptions"]["warnings"]:
+        click.echo(f"gpu-audit: warning: {warning}", err=True)
     if not document["complete"]:
         sys.exit(EXIT_INCOMPLETE)
     if fail_on != "none":
         threshold = Severity(fail_on).rank
         if any(Severity(f["severity"]).rank >= threshold for f in document["findings"]):
             sys.exit(EXIT_FINDINGS)
+    if fail_on_new and new_at_or_above(document["baseline"], Severity(fail_on_new)):
+        sys.exit(EXIT_FINDINGS)
     sys.exit(EXIT_OK)
 
 
@@ -288,7 +387,7 @@ def collect(output_file: str, no_plugins: bool, **live: Any) -> None:
     _write(dumps_snapshot(snapshot), output_file)
     for gap in snapshot.gaps:
         click.echo(f"gpu-audit: not collected: {gap.type}: {gap.reason}", err=True)
-    sys.exit(EXIT_INCOMPLETE if snapshot.gaps else EXIT_OK)
+    sys.exit(EXIT_OK if snapshot.complete else EXIT_INCOMPLETE)
 
 
 @main.command()
@@ -307,6 +406,43 @@ def render(
     _emit(document, formats or ("table",), output_file, output_dir)
 
 
+@main.command("diff")
+@click.argument("old_file", metavar="OLD.json")
+@click.argument("new_file", metavar="NEW.json")
+@click.option(
+    "-o",
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+)
+@click.option("--output-file", metavar="PATH", help="Write the comparison here instead of stdout.")
+@click.option(
+    "--fail-on-new",
+    type=click.Choice(SEVERITY_CHOICES),
+    help="Exit 1 when NEW.json has a new finding (not exempted) of this severity or worse.",
+)
+def diff_command(
+    old_file: str, new_file: str, fmt: str, output_file: str | None, fail_on_new: str | None
+) -> None:
+    """Compare two JSON reports of the same schema version: the findings new in NEW.json,
+    resolved since OLD.json, unchanged, and those not re-checked (their check did not run)."""
+    try:
+        old, new = load_comparable(old_file), load_comparable(new_file)
+    except InputError as exc:
+        _fail(exc.problems)
+    document = diff_reports(old, old_file, new, new_file)
+    if fmt == "json":
+        text = dumps(document)
+    else:
+        text = render_diff_table(document, output_file is None and _use_color())
+    _write(text, output_file)
+    if fail_on_new and new_at_or_above(document, Severity(fail_on_new)):
+        sys.exit(EXIT_FINDINGS)
+    sys.exit(EXIT_OK)
+
+
 @main.group()
 def checks() -> None:
     """Inspect the available checks."""
@@ -317,8 +453,13 @@ def checks() -> None:
 @click.option("--category", "categories", multiple=True, metavar="CAT")
 @click.option("--severity", "severities", multiple=True, type=click.Choice(SEVERITY_CHOICES))
 @click.option("--no-plugins", is_flag=True)
+@checks_dir_option
 def list_checks(
-    fmt: str, categories: tuple[str, ...], severities: tuple[str, ...], no_plugins: bool
+    fmt: str,
+    categories: tuple[str, ...],
+    severities: tuple[str, ...],
+    no_plugins: bool,
+    checks_dirs: tuple[str, ...],
 ) -> None:
     """List checks, optionally filtered by category and severity."""
     from tabulate import tabulate
@@ -330,7 +471,7 @@ def list_checks(
     wanted = {Severity(s) for s in severities}
     selected = [
         c
-        for c in _registry(plugins=not no_plugins).values()
+        for c in _registry(plugins=not no_plugins, checks_dirs=checks_dirs).values()
         if (not cats or c.category in cats) and (not wanted or c.severity in wanted)
     ]
     if fmt == "json":
@@ -343,9 +484,10 @@ def list_checks(
 @checks.command("show")
 @click.argument("check_id")
 @click.option("-o", "--format", "fmt", type=click.Choice(["text", "json"]), default="text")
-def show_check(check_id: str, fmt: str) -> None:
+@checks_dir_option
+def show_check(check_id: str, fmt: str, checks_dirs: tuple[str, ...]) -> None:
     """Show a check's rationale, detection, remediation and references."""
-    registry = _registry(plugins=True)
+    registry = _registry(plugins=True, checks_dirs=checks_dirs)
     found = registry.get(check_id.upper())
     if found is None:
         _fail([f"unknown check id {check_id!r} (see `gpu-audit checks list`)"])
@@ -369,6 +511,140 @@ def show_check(check_id: str, fmt: str) -> None:
 
 
 @checks.command("docs")
-def docs() -> None:
-    """Print the check reference as Markdown (docs/checks.md is generated with this)."""
-    click.echo(checks_markdown(_registry(plugins=False).values()), nl=False)
+@checks_dir_option
+def docs(checks_dirs: tuple[str, ...]) -> None:
+    """Print the check reference as Markdown (docs/checks.md is generated with this; with
+    --checks-dir, the reference of the built-in checks and those)."""
+    registry = _registry(plugins=False, checks_dirs=checks_dirs)
+    click.echo(checks_markdown(registry.values()), nl=False)
+
+
+@main.group("frameworks")
+def frameworks_group() -> None:
+    """Inspect the compliance frameworks `scan --framework` can report on."""
+
+
+def _shipped_frameworks(registry: dict[str, Check]) -> dict[str, Framework]:
+    try:
+        return shipped_frameworks(registry)
+    except InputError as exc:
+        _fail(exc.problems)
+
+
+@frameworks_group.command("list")
+@click.option("-o", "--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+def list_frameworks(fmt: str) -> None:
+    """List the shipped frameworks: id, version, and how many controls checks can show."""
+    from tabulate import tabulate
+
+    found = _shipped_frameworks(_registry(plugins=False))
+    rows = [
+        {
+            "id": f.id,
+            "title": f.title,
+            "version": f.version,
+            "url": f.url,
+            "controls": len(f.controls),
+            "not_assessable": len(f.not_assessable),
+        }
+        for f in found.values()
+    ]
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2, sort_keys=True))
+        return
+    table = [[r["id"], r["controls"], r["not_assessable"], r["title"]] for r in rows]
+    click.echo(
+        tabulate(table, headers=["ID", "CONTROLS", "NOT ASSESSABLE", "TITLE"], tablefmt="simple")
+    )
+
+
+@frameworks_group.command("docs")
+def frameworks_docs() -> None:
+    """Print the framework reference as Markdown (docs/frameworks.md is generated with this)."""
+    registry = _registry(plugins=False)
+    titles = {check_id: c.title for check_id, c in registry.items()}
+    click.echo(frameworks_markdown(_shipped_frameworks(registry).values(), titles), nl=False)
+
+
+def _diagnostic_snapshot(from_files: Sequence[str], live: dict[str, Any]) -> Snapshot:
+    """The input of `inventory` and `why-pending`: files, or every namespace of the cluster
+    (GPU accounting needs every pod bound to a node, whatever its namespace)."""
+    from gpu_audit.diagnostics import DIAGNOSTIC_TYPES, REQUIRED_TYPES
+
+    if live["namespace"] and not from_files:
+        _fail(["--namespace: the diagnostics count every pod on every node; omit it"])
+    try:
+        snapshot = (
+            load_files(from_files, sys.stdin)
+            if from_files
+            else _collect_live(DIAGNOSTIC_TYPES, live)
+        )
+    except InputError as exc:
+        _fail(exc.problems)
+    for gap in snapshot.gaps:
+        click.echo(f"gpu-audit: not collected: {gap.type}: {gap.reason}", err=True)
+    missing = [t for t in REQUIRED_TYPES if not snapshot.has(t)]
+    if missing and not from_files:
+        _fail([f"cannot diagnose without {', '.join(missing)}"], EXIT_INCOMPLETE)
+    if "Node" in missing:
+        inputs = ", ".join(from_files)
+        _fail([f"the input has no Nodes ({inputs}): add `kubectl get nodes -o yaml` to it"])
+    return snapshot
+
+
+def _diagnostic_output(
+    payload: dict[str, Any], text: str, fmt: str, output_file: str | None
+) -> None:
+    _write(dumps(payload) if fmt == "json" else text, output_file)
+
+
+_FROM_FILE_HELP = (
+    "Read manifests or dumps instead of a live cluster: a file, a directory, or - for stdin. "
+    "Repeat to merge several."
+)
+
+
+@main.command()
+@click.option("--from-file", "from_files", multiple=True, metavar="PATH", help=_FROM_FILE_HELP)
+@click.option("-o", "--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.option("--output-file", metavar="PATH", help="Write here instead of stdout.")
+@live_options
+def inventory(from_files: tuple[str, ...], fmt: str, output_file: str | None, **live: Any) -> None:
+    """GPUs per node pool and product: nodes, capacity, allocatable, MIG, sharing, requested,
+    idle and held GPUs, and how many pods of 1, 2, 4 and 8 GPUs still fit."""
+    from gpu_audit.diagnostics import build_inventory
+    from gpu_audit.reports.diagnostics_table import render_inventory
+
+    found = build_inventory(_diagnostic_snapshot(from_files, live)).as_dict()
+    _diagnostic_output({"inventory": found}, render_inventory(found), fmt, output_file)
+
+
+@main.command("why-pending")
+@click.argument("target", metavar="[NAMESPACE/POD | NAMESPACE/KIND/NAME]", required=False)
+@click.option("--from-file", "from_files", multiple=True, metavar="PATH", help=_FROM_FILE_HELP)
+@click.option("-o", "--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.option("--output-file", metavar="PATH", help="Write here instead of stdout.")
+@live_options
+def why_pending(
+    target: str | None,
+    from_files: tuple[str, ...],
+    fmt: str,
+    output_file: str | None,
+    **live: Any,
+) -> None:
+    """Explain why a pod is Pending: every scheduler predicate on every node, the summary in
+    the scheduler's words, the fix, and whether its FailedScheduling events agree.
+
+    NAMESPACE/KIND/NAME (e.g. ml-training/Job/train) explains a workload's pod template as a
+    new pod. Without an argument, every Pending pod that requests GPUs is explained.
+    """
+    from gpu_audit.diagnostics import explain_targets
+    from gpu_audit.reports.diagnostics_table import render_pending
+
+    snapshot = _diagnostic_snapshot(from_files, live)
+    try:
+        explained = [e.as_dict() for e in explain_targets(snapshot, target)]
+    except InputError as exc:
+        _fail(exc.problems)
+    text = render_pending(explained) if explained else "No Pending pod requests a GPU.\n"
+    _diagnostic_output({"pending_pods": explained}, text, fmt, output_file)

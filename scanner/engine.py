@@ -7,7 +7,7 @@ import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpu_audit.model import Check, CheckStatus, Outcome, Result, Severity
+from gpu_audit.model import Check, CheckStatus, Exemption, Outcome, Result, Severity
 from gpu_audit.snapshot import Snapshot
 
 
@@ -18,6 +18,7 @@ class Finding:
     result: Result
     severity: Severity
     remediation: str
+    exemption: Exemption | None = None  # set by gpu_audit.exemptions; then it does not count
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,12 @@ class CheckRun:
 
     @property
     def failed_count(self) -> int:
-        return sum(1 for r in self.results if r.outcome is Outcome.FAIL)
+        """Failed results that count (not exempted)."""
+        return sum(1 for f in self.findings if f.exemption is None)
+
+    @property
+    def exempted_count(self) -> int:
+        return sum(1 for f in self.findings if f.exemption is not None)
 
 
 def missing_inputs(check: Check, snapshot: Snapshot) -> str:

@@ -83,6 +83,7 @@ KNOWN_KINDS: dict[str, KindInfo] = {
         _k("DaemonSet", "apps", "v1", "daemonsets"),
         _k("ReplicaSet", "apps", "v1", "replicasets"),
         _k("Job", "batch", "v1", "jobs"),
+        _k("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets"),
         _k("CronJob", "batch", "v1", "cronjobs"),
         _k("HorizontalPodAutoscaler", "autoscaling", "v2", "horizontalpodautoscalers"),
         _k("NetworkPolicy", "networking.k8s.io", "v1", "networkpolicies"),
@@ -134,6 +135,7 @@ KNOWN_KINDS: dict[str, KindInfo] = {
         _k("ResourceFlavor.kueue.x-k8s.io", "kueue.x-k8s.io", "v1beta1", "resourceflavors", False),
         _k("PyTorchJob.kubeflow.org", "kubeflow.org", "v1", "pytorchjobs"),
         _k("MPIJob.kubeflow.org", "kubeflow.org", "v2beta1", "mpijobs"),
+        _k("TFJob.kubeflow.org", "kubeflow.org", "v1", "tfjobs"),
         _k("TrainJob.trainer.kubeflow.org", "trainer.kubeflow.org", "v1alpha1", "trainjobs"),
         _k(
             "ClusterTrainingRuntime.trainer.kubeflow.org",

@@ -218,6 +218,19 @@ class Check:
 
 
 @dataclass(frozen=True, slots=True)
+class Exemption:
+    """Why a failed result does not count, and where that was declared: an object's
+    `gpu-audit.io/exempt` annotation (`source` "annotation") or entry `entry` (1-based) of an
+    exemptions file (`source` "file"). `expires` is "" or YYYY-MM-DD."""
+
+    source: str
+    reason: str
+    file: str = ""
+    entry: int = 0
+    expires: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class SourceLocation:
     """Where an object came from: a file (and document index in it) or a live cluster."""
 

@@ -10,13 +10,16 @@ import importlib
 import pkgutil
 from collections.abc import Iterable, Iterator
 from importlib import metadata
+from pathlib import Path
 from types import ModuleType
 
+from gpu_audit.declarative import load_check_dir
 from gpu_audit.model import Category, Check, Severity
 
 ENTRY_POINT_GROUP = "gpu_audit.checks"
 BUILTIN_ORIGIN = "gpu-audit"
 BUILTIN_PREFIX = "GPU-"
+DECLARATIVE_FOLDER = "declarative"
 
 
 class RegistryError(Exception):
@@ -61,6 +64,9 @@ def builtin_checks() -> dict[str, Check]:
     for module in _modules(gpu_audit.checks):
         for found in _checks_in(module):
             _add(registry, found, BUILTIN_ORIGIN)
+    # The built-in declarative checks: YAML files shipped as package data of gpu_audit.checks.
+    for found in load_check_dir(Path(gpu_audit.checks.__file__).parent / DECLARATIVE_FOLDER):
+        _add(registry, found, BUILTIN_ORIGIN)
     return registry
 
 

@@ -7,6 +7,7 @@ saved report, so no renderer can know or care where the data came from.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -16,13 +17,20 @@ from typing import Any
 from gpu_audit import __version__
 from gpu_audit.engine import CheckRun, Finding
 from gpu_audit.errors import InputError
-from gpu_audit.model import CheckStatus, ObjRef, Outcome, Severity
+from gpu_audit.model import CheckStatus, Exemption, ObjRef, Outcome, Severity
 from gpu_audit.scoring import Score, category_scores, coverage, namespace_scores, overall_score
 from gpu_audit.snapshot import Snapshot
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "report.schema.json"
 Document = dict[str, Any]
+NO_EXEMPTIONS: Mapping[str, Any] = {
+    "date": None,
+    "file": None,
+    "entries": [],
+    "annotations": [],
+    "warnings": [],
+}
 
 
 def _score(score: Score) -> dict[str, Any]:
@@ -62,10 +70,43 @@ def _finding(snapshot: Snapshot, run: CheckRun, finding: Finding) -> dict[str, A
         "message": result.message,
         "path": result.path,
         "remediation": finding.remediation,
+        **({"exemption": _exemption(finding.exemption)} if finding.exemption else {}),
     }
 
 
-def _finding_order(item: Mapping[str, Any]) -> tuple[Any, ...]:
+def _exemption(exemption: Exemption) -> dict[str, Any]:
+    return {
+        "source": exemption.source,
+        "reason": exemption.reason,
+        "file": exemption.file or None,
+        "entry": exemption.entry or None,
+        "expires": exemption.expires or None,
+    }
+
+
+def fingerprint(item: Mapping[str, Any], *, with_message: bool = False) -> str:
+    """A finding's stable identity: sha256 over [check id, resource type, namespace, name,
+    path] as compact JSON. Findings that share it in one report add their message."""
+    res = item["resource"]
+    identity = [item["check_id"], res["type"], res["namespace"] or "", res["name"], item["path"]]
+    if with_message:
+        identity.append(item["message"])
+    text = json.dumps(identity, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def fingerprints(items: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The fingerprint of each finding of one report, unique within it."""
+    plain = [fingerprint(item) for item in items]
+    shared = {fp for fp, n in Counter(plain).items() if n > 1}
+    return [
+        fingerprint(item, with_message=True) if fp in shared else fp
+        for item, fp in zip(items, plain, strict=True)
+    ]
+
+
+def finding_order(item: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Worst first, then by check and object: the order of every list of findings."""
     res = item["resource"]
     return (
         -Severity(item["severity"]).rank,
@@ -88,9 +129,14 @@ def _check(run: CheckRun) -> dict[str, Any]:
         "status": run.status.value,
         "reason": run.reason or None,
         "applicable": run.applicable,
-        "results": {"passed": run.passed_count, "failed": run.failed_count},
+        "results": {
+            "passed": run.passed_count,
+            "failed": run.failed_count,
+            "exempted": run.exempted_count,
+        },
         "rationale": c.rationale,
         "detection": c.detection,
+        "remediation": c.remediation,  # the template; each finding has it filled in
         "references": list(c.references),
         "origin": c.origin,
     }
@@ -110,14 +156,27 @@ def timestamp_from_epoch(epoch: str | None) -> str | None:
 
 
 def build_report(
-    snapshot: Snapshot, runs: Sequence[CheckRun], *, generated_at: str | None = None
+    snapshot: Snapshot,
+    runs: Sequence[CheckRun],
+    *,
+    generated_at: str | None = None,
+    scan_duration_seconds: float | None = None,
+    exemptions: Mapping[str, Any] | None = None,
+    diagnostics: Mapping[str, Any] | None = None,
 ) -> Document:
+    """`exemptions` is the section gpu_audit.exemptions.apply_exemptions made for these runs;
+    `diagnostics` the one gpu_audit.diagnostics.diagnostics_section made for the snapshot."""
     overall = overall_score(runs)
     cov = coverage(runs)
-    findings = sorted(
-        (_finding(snapshot, run, f) for run in runs for f in run.findings), key=_finding_order
+    every = sorted(
+        (_finding(snapshot, run, f) for run in runs for f in run.findings), key=finding_order
     )
+    for item, fp in zip(every, fingerprints(every), strict=True):
+        item["fingerprint"] = fp
+    findings = [f for f in every if "exemption" not in f]
+    exempted = [f for f in every if "exemption" in f]
     by_severity = Counter(f["severity"] for f in findings)
+    by_category = Counter(f["category"] for f in findings)
     statuses = Counter(r.status.value for r in runs)
     results = Counter(res.outcome for run in runs for res in run.results)
     source = snapshot.source
@@ -125,6 +184,9 @@ def build_report(
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "gpu-audit", "version": __version__},
         "generated_at": generated_at,
+        # Wall-clock time: null unless asked for (`scan --record-duration`), so that the same
+        # input keeps giving the same bytes.
+        "scan_duration_seconds": scan_duration_seconds,
         "source": {
             "type": source.kind,
             "inputs": list(source.inputs),
@@ -156,16 +218,25 @@ def build_report(
         },
         "summary": {
             "findings": len(findings),
+            "exempted": len(exempted),
             "by_severity": {s.value: by_severity.get(s.value, 0) for s in Severity},
+            "by_category": {
+                r.check.category.value: by_category[r.check.category.value] for r in runs
+            },
             "checks": {s.value: statuses.get(s.value, 0) for s in CheckStatus},
             "results": {
                 "passed": results.get(Outcome.PASS, 0),
-                "failed": results.get(Outcome.FAIL, 0),
+                "failed": results.get(Outcome.FAIL, 0) - len(exempted),  # they do not count
             },
         },
-        "complete": not snapshot.gaps and cov.errors == 0,
+        "complete": snapshot.complete and cov.errors == 0,
         "checks": [_check(r) for r in runs],
         "findings": findings,
+        "exempted_findings": exempted,
+        "exemptions": dict(exemptions or NO_EXEMPTIONS),
+        "baseline": None,  # set by gpu_audit.diff.attach_baseline
+        "compliance": [],  # set by the CLI from gpu_audit.frameworks.compliance_section
+        "diagnostics": dict(diagnostics) if diagnostics is not None else None,
     }
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpu_audit.engine import CheckRun
-from gpu_audit.model import Category, CheckStatus, Outcome, Severity
+from gpu_audit.model import Category, CheckStatus, Severity
 
 GRADE_BANDS = ((90.0, "A"), (80.0, "B"), (70.0, "C"), (60.0, "D"), (0.0, "F"))
 # The best grade a scan can get while a check of this severity fails.
@@ -95,16 +95,12 @@ def category_scores(runs: Sequence[CheckRun]) -> dict[Category, Score]:
 
 def namespace_scores(runs: Sequence[CheckRun]) -> dict[str, Score]:
     """Per namespace ("" = cluster-scoped objects): a check passes in a namespace when none
-    of its results there failed."""
+    of its results there failed, exempted failures not counted)."""
     verdicts: dict[str, dict[str, tuple[Severity, bool]]] = defaultdict(dict)
     for run in _evaluated(runs):
-        outcome_by_ns: dict[str, bool] = {}
-        for result in run.results:
-            ns = result.ref.namespace
-            ok = result.outcome is Outcome.PASS
-            outcome_by_ns[ns] = outcome_by_ns.get(ns, True) and ok
-        for ns, ok in outcome_by_ns.items():
-            verdicts[ns][run.check.id] = (run.check.severity, ok)
+        failing = {f.result.ref.namespace for f in run.findings if f.exemption is None}
+        for ns in {result.ref.namespace for result in run.results}:
+            verdicts[ns][run.check.id] = (run.check.severity, ns not in failing)
     return {ns: score_verdicts(verdicts[ns].values()) for ns in sorted(verdicts)}
 
 

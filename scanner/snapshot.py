@@ -10,6 +10,9 @@ from typing import Any
 
 from gpu_audit.model import ObjRef, Resource
 
+CRD_NOT_INSTALLED = "CRD not installed:"
+API_NOT_SERVED = "API not served:"
+
 
 @dataclass(frozen=True, slots=True)
 class CollectionGap:
@@ -17,6 +20,12 @@ class CollectionGap:
 
     type: str
     reason: str
+
+    @property
+    def api_absent(self) -> bool:
+        """The cluster does not serve the type at all: its checks are not evaluated, but
+        nothing failed, so the scan is still complete (no Volcano installed is not an error)."""
+        return self.reason.startswith((CRD_NOT_INSTALLED, API_NOT_SERVED))
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +44,20 @@ class Snapshot:
     `available` is the set of resource types the source could speak for: for files, the
     types that occur in them; for a live cluster, every type that was listed successfully,
     even when the list was empty. A check whose inputs are not available is not evaluated.
+    `complete` is false when a gap is a failure (forbidden, an error), not an API the cluster
+    does not serve.
     """
 
-    __slots__ = ("_by_labels", "_by_ref", "_by_type", "_by_type_ns", "available", "gaps", "source")
+    __slots__ = (
+        "_by_labels",
+        "_by_ref",
+        "_by_type",
+        "_by_type_ns",
+        "available",
+        "complete",
+        "gaps",
+        "source",
+    )
 
     def __init__(
         self,
@@ -63,6 +83,7 @@ class Snapshot:
         self._by_ref = MappingProxyType(by_ref)
         self._by_labels = MappingProxyType({k: tuple(v) for k, v in by_labels.items()})
         self.gaps: tuple[CollectionGap, ...] = tuple(sorted(gaps, key=lambda g: g.type))
+        self.complete = not any(not g.api_absent for g in self.gaps)
         present = set(self._by_type) if available is None else set(available)
         self.available: frozenset[str] = frozenset(present - {g.type for g in self.gaps})
         self.source = source or SourceInfo(kind="files")

@@ -174,11 +174,14 @@ def _ports_allow(ports: object, proto: str) -> bool:
         port = entry.get("port")
         if port is None:
             return True
-        if isinstance(port, str) and not port.isdigit():
-            if _DNS_PORT_NAMES.get(port) == proto:
+        if isinstance(port, str) and port.isascii() and port.isdigit():
+            number = int(port)
+        elif isinstance(port, int) and not isinstance(port, bool):
+            number = port
+        else:  # a named port, or a value the API server would refuse
+            if _DNS_PORT_NAMES.get(str(port)) == proto:
                 return True
             continue
-        number = int(port)
         end = entry.get("endPort")
         if number == 53 or (isinstance(end, int) and number <= 53 <= end):
             return True

@@ -20,6 +20,7 @@ from gpu_audit.api import (
     pod_templates,
     schedules_on,
 )
+from gpu_audit.checks.workloads._common import is_gpu_stack
 
 from ._common import is_nvidia_stack
 
@@ -45,7 +46,8 @@ _NO_DEVICES = ("void", "none", "")
     """,
     detection="""
         Every pod template except the GPU and network stack's own (a system namespace such as
-        gpu-operator or kube-system AND an NVIDIA/Mellanox/EFA component image): hostPath
+        gpu-operator or kube-system AND an NVIDIA/Mellanox/EFA component image, or a
+        DaemonSet built only from GPU-stack images in any namespace): hostPath
         volumes of /, /dev or under /dev/nvidia*, /dev/dri, /dev/infiniband, /dev/kfd,
         /dev/vfio (high); privileged containers that request GPUs (high) or that can run on a
         GPU node without requesting one (medium; when Nodes are in the input, only if the pod's
@@ -75,7 +77,9 @@ _NO_DEVICES = ("void", "none", "")
 def gpu_devices_only_through_device_plugin(snapshot: Snapshot) -> Iterator[Result]:
     gpu_node_list = gpu_nodes(snapshot) if snapshot.count("Node") else None
     for template in pod_templates(snapshot):
-        if is_nvidia_stack(template):
+        # NVIDIA's static manifests (GFD, device plugin) install into the current namespace,
+        # often `default`: a DaemonSet built only from GPU-stack images is the stack too.
+        if is_nvidia_stack(template) or is_gpu_stack(template):
             continue
         findings = [
             *_host_device_volumes(template),

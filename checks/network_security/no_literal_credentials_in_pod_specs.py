@@ -12,54 +12,17 @@ from gpu_audit.api import (
     Snapshot,
     as_mapping,
     check,
+    credential_like,
     failed,
+    is_placeholder,
     passed,
     pod_templates,
     str_map,
 )
 from gpu_audit.checks.serving._common import argv
 
-_SECRET_NAME = re.compile(
-    r"(^|_)(API_?KEY|ACCESS_?KEY|SECRET(_ACCESS)?_?KEY|SECRET|TOKEN|PASSWORD|PASSWD|"
-    r"PRIVATE_?KEY|CREDENTIALS?|AUTH|DECRYPT(ION)?_?KEY|ENCRYPTION_?KEY|HF_TOKEN|"
-    r"HUGGING_?FACE_HUB_TOKEN|NGC_API_KEY|WANDB_API_KEY|OPENAI_API_KEY)($|_)",
-    re.IGNORECASE,
-)
-_NOT_SECRET_NAME = re.compile(
-    r"TOKENIZERS_PARALLELISM|MAX_.*TOKENS|_TOKENS$|NUM_.*TOKENS|"
-    r"_(FILE|PATH|DIR|URL|URI|ENDPOINT|REGION|ID|MODE|TYPE|METHOD|ENABLED|HEADER)$|"
-    r"TOKEN_LIMIT|HF_HUB_ENABLE_HF_TRANSFER|^(ENABLE|DISABLE)_|_(ENABLE|DISABLE)_",
-    re.IGNORECASE,
-)
-_SECRET_VALUES = tuple(
-    re.compile(p)
-    for p in (
-        r"hf_[A-Za-z0-9]{30,}",
-        r"sk-[A-Za-z0-9_-]{20,}",
-        r"AKIA[0-9A-Z]{16}",
-        r"nvapi-[A-Za-z0-9_-]{20,}",
-        r"ghp_[A-Za-z0-9]{36}",
-        r"xox[baprs]-[A-Za-z0-9-]{10,}",
-        r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
-    )
-)
-# Switches and placeholders, not credentials: TS_DISABLE_TOKEN_AUTHORIZATION=true.
-_NOT_A_CREDENTIAL = re.compile(
-    r"^(true|false|yes|no|on|off|none|null|enabled|disabled|\d+|\$\([A-Za-z0-9_]+\))$",
-    re.IGNORECASE,
-)
 _DECRYPTION_KEY = re.compile(r"DECRYPT|ENCRYPTION_?KEY|MODEL_?KEY", re.IGNORECASE)
 _SECRET_FLAG = re.compile(r"^--(api-key|hf-token|token|password|api-token)(=|$)")
-
-
-def _credential_like(name: str, value: str) -> bool:
-    """Whether a literal name/value pair looks like a credential. Never returns the value."""
-    value = value.strip()
-    if not value or _NOT_A_CREDENTIAL.match(value):
-        return False
-    if any(p.search(value) for p in _SECRET_VALUES):
-        return True
-    return bool(_SECRET_NAME.search(name)) and not _NOT_SECRET_NAME.search(name)
 
 
 @check(
@@ -109,7 +72,7 @@ def no_literal_credentials_in_pod_specs(snapshot: Snapshot) -> Iterator[Result]:
             yield passed(template, "env and arguments carry no literal credentials")
     for config_map in snapshot.of("ConfigMap"):
         data = str_map(config_map.raw.get("data"))
-        keys = sorted(k for k, v in data.items() if _credential_like(k, v))
+        keys = sorted(k for k, v in data.items() if credential_like(k, v))
         if keys:
             for key in keys:
                 yield failed(
@@ -126,7 +89,7 @@ def _container_findings(container: Container) -> Iterator[Result]:
     where = container.describe()
     for name, entry in container.env().items():
         value = entry.get("value")
-        if isinstance(value, str) and _credential_like(name, value):
+        if isinstance(value, str) and credential_like(name, value):
             yield failed(
                 container,
                 f"env {name} is a literal credential (value not shown)",
@@ -149,7 +112,7 @@ def _container_findings(container: Container) -> Iterator[Result]:
             if not match:
                 continue
             inline = token[match.end() :] if match.group(2) == "=" else _next(args, index, token)
-            if inline and not _NOT_A_CREDENTIAL.match(inline):
+            if inline and not is_placeholder(inline):
                 flag = f"--{match.group(1)}"
                 yield failed(
                     container,

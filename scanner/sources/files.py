@@ -6,27 +6,24 @@ at once; a loader that stopped at the first bad document would make users fix on
 
 from __future__ import annotations
 
-import json
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import yaml
-
 from gpu_audit.errors import InputError
 from gpu_audit.kinds import KNOWN_KINDS, resource_type
 from gpu_audit.model import ObjRef, Resource, SourceLocation
 from gpu_audit.redact import sanitize
 from gpu_audit.snapshot import CollectionGap, Snapshot, SourceInfo
+from gpu_audit.sources.documents import MIB, DocumentError, Limits, normalize, parse
 from gpu_audit.sources.snapshot_file import is_snapshot_document
 
 SUFFIXES = (".yaml", ".yml", ".json")
+DEFAULT_LIMITS = Limits()
 STDIN = "-"
-
-# libyaml's loader is several times faster; PyYAML built without it falls back to Python.
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass
@@ -38,6 +35,12 @@ class _Collected:
     available: set[str] = field(default_factory=set)
     gaps: list[CollectionGap] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    limits: Limits = DEFAULT_LIMITS
+    objects: int = 0
+
+
+class _ObjectLimitError(Exception):
+    """The object limit is reached: nothing further is read."""
 
 
 def expand_paths(paths: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -70,27 +73,23 @@ def expand_paths(paths: Sequence[str]) -> tuple[list[str], list[str]]:
     return files, problems
 
 
-def _documents(name: str, text: str) -> Iterator[tuple[int, Any]]:
-    stripped = text.lstrip()
-    if name.lower().endswith(".json") or stripped.startswith(("{", "[")):
-        try:
-            yield 0, json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(
-                [f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"]
-            ) from None
-        return
-    index = -1
+def _documents(name: str, text: str, limits: Limits) -> Iterator[tuple[int, Any]]:
+    """(index, normalized document) of every non-empty document; a document that cannot be a
+    Kubernetes object is an InputError naming it, and the next ones are still read."""
+    is_json = name.lower().endswith(".json") or text.lstrip().startswith(("{", "["))
+    problems: list[str] = []
     try:
-        for index, document in enumerate(yaml.load_all(text, Loader=_Loader)):
-            yield index, document
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(
-            [f"{name}: document {index + 2}: invalid YAML{where}: {problem}"]
-        ) from None
+        for index, raw in parse(name, text, is_json):
+            if raw is None:  # an empty document between two `---`
+                continue
+            try:
+                yield index, normalize(raw, limits)
+            except DocumentError as exc:
+                problems.append(f"{name}: document {index + 1}: {exc}")
+    except InputError as exc:
+        problems.extend(exc.problems)
+    if problems:
+        raise InputError(problems)
 
 
 def _describe(name: str, doc: int, item: int | None) -> str:
@@ -100,6 +99,12 @@ def _describe(name: str, doc: int, item: int | None) -> str:
 
 def _add_object(out: _Collected, obj: Any, name: str, doc: int, item: int | None) -> None:
     where = _describe(name, doc, item)
+    out.objects += 1
+    if out.objects > out.limits.objects:
+        raise _ObjectLimitError(
+            f"{where}: more than {out.limits.objects} documents and objects in the input (the object limit); "
+            "scan it in parts"
+        )
     if not isinstance(obj, dict):
         out.problems.append(f"{where}: is a {type(obj).__name__}, not a Kubernetes object")
         return
@@ -125,7 +130,12 @@ def _add_object(out: _Collected, obj: Any, name: str, doc: int, item: int | None
         out.problems.append(f"{where}: {kind} has no metadata")
         return
     obj_name = metadata.get("name") or metadata.get("generateName")
-    if not isinstance(obj_name, str) or not obj_name:
+    if obj_name is not None and not isinstance(obj_name, str):
+        out.problems.append(
+            f"{where}: {kind} metadata.name is a {type(obj_name).__name__}, not a string"
+        )
+        return
+    if not obj_name:
         out.problems.append(f"{where}: {kind} has no metadata.name")
         return
     type_ = resource_type(api_version, kind)
@@ -133,7 +143,12 @@ def _add_object(out: _Collected, obj: Any, name: str, doc: int, item: int | None
     namespace = metadata.get("namespace")
     if info is not None and not info.namespaced:
         namespace = ""
-    elif not isinstance(namespace, str) or not namespace:
+    elif namespace is not None and not isinstance(namespace, str):
+        out.problems.append(
+            f"{where}: {kind} metadata.namespace is a {type(namespace).__name__}, not a string"
+        )
+        return
+    elif not namespace:
         # kubectl and Helm put namespaced objects without a namespace into the current one.
         namespace = "default" if info is not None else ""
     ref = ObjRef(type_, namespace, obj_name)
@@ -161,33 +176,77 @@ def _add_snapshot_extras(out: _Collected, obj: dict[str, Any], where: str) -> No
         out.details.update(source["details"])
 
 
-def _read(name: str, stdin: IO[str] | None) -> str:
+def _read(name: str, stdin: IO[str] | None, budget: int, limits: Limits) -> str:
+    """The text of a file or stdin, refused without reading it all when it is over budget."""
+    too_big = (
+        f"{_display(name)}: larger than {_mib(limits.file_bytes)} (the input size limit)"
+        if budget >= limits.file_bytes
+        else f"{_display(name)}: the inputs together are larger than "
+        f"{_mib(limits.total_bytes)} (the total input size limit)"
+    )
     if name == STDIN:
         stream = stdin if stdin is not None else sys.stdin
-        return stream.read()
+        buffer = getattr(stream, "buffer", None)
+        if buffer is None:  # a text stream without bytes under it (StringIO)
+            text = stream.read(budget + 1)
+            if len(text) > budget:
+                raise InputError([too_big])
+            data = text.encode("utf-8", "surrogateescape")
+        else:
+            data = buffer.read(budget + 1)
+    else:
+        try:
+            with Path(name).open("rb") as handle:
+                if os.fstat(handle.fileno()).st_size > budget:
+                    raise InputError([too_big])
+                data = handle.read(budget + 1)
+        except OSError as exc:
+            raise InputError([f"{name}: cannot read: {exc.strerror}"]) from None
+    if len(data) > budget:
+        raise InputError([too_big])
     try:
-        return Path(name).read_text(encoding="utf-8")
+        # utf-8-sig: a byte-order mark is allowed in YAML, and editors on Windows write one.
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise InputError([f"{name}: not UTF-8 text (byte {exc.start})"]) from None
-    except OSError as exc:
-        raise InputError([f"{name}: cannot read: {exc.strerror}"]) from None
+        raise InputError([f"{_display(name)}: not UTF-8 text (byte {exc.start})"]) from None
 
 
-def load_files(paths: Sequence[str], stdin: IO[str] | None = None) -> Snapshot:
+def _display(name: str) -> str:
+    return "<stdin>" if name == STDIN else name
+
+
+def _mib(size: int) -> str:
+    return f"{size / MIB:g} MiB"
+
+
+def _capped(problems: list[str], limit: int) -> list[str]:
+    if len(problems) <= limit:
+        return problems
+    return [*problems[:limit], f"... and {len(problems) - limit} more problems"]
+
+
+def load_files(
+    paths: Sequence[str], stdin: IO[str] | None = None, limits: Limits = DEFAULT_LIMITS
+) -> Snapshot:
     """Read every path into one snapshot. Raises InputError listing every problem found."""
     files, problems = expand_paths(paths)
-    out = _Collected(problems=problems)
+    out = _Collected(problems=problems, limits=limits)
+    read = 0
     for name in files:
-        display = "<stdin>" if name == STDIN else name
+        display = _display(name)
         try:
-            for doc, document in _documents(display, _read(name, stdin)):
-                if document is not None:  # an empty document between two `---`
-                    _add_object(out, document, display, doc, None)
+            text = _read(name, stdin, min(limits.file_bytes, limits.total_bytes - read), limits)
+            read += len(text)
+            for doc, document in _documents(display, text, limits):
+                _add_object(out, document, display, doc, None)
         except InputError as exc:
             out.problems.extend(exc.problems)
+        except _ObjectLimitError as exc:
+            out.problems.append(str(exc))
+            break
     if out.problems:
-        raise InputError(out.problems)
-    inputs = tuple("<stdin>" if p == STDIN else p for p in paths)
+        raise InputError(_capped(out.problems, limits.problems))
+    inputs = tuple(_display(p) for p in paths)
     present = {ref.kind for ref in out.resources}
     return Snapshot(
         out.resources.values(),

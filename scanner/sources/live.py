@@ -19,7 +19,13 @@ from typing import Any
 from gpu_audit.kinds import BUILTIN_GROUPS, KNOWN_KINDS, KindInfo
 from gpu_audit.model import ObjRef, Resource, SourceLocation
 from gpu_audit.redact import sanitize
-from gpu_audit.snapshot import CollectionGap, Snapshot, SourceInfo
+from gpu_audit.snapshot import (
+    API_NOT_SERVED,
+    CRD_NOT_INSTALLED,
+    CollectionGap,
+    Snapshot,
+    SourceInfo,
+)
 
 NEVER_LISTED = frozenset({"Secret"})
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
@@ -349,9 +355,9 @@ def collect(
         if version is not None:
             listable.append((info, version))
         elif info.group in BUILTIN_GROUPS:
-            out.gaps.append(CollectionGap(info.type, f"API not served: {_resource_name(info)}"))
+            out.gaps.append(CollectionGap(info.type, f"{API_NOT_SERVED} {_resource_name(info)}"))
         else:
-            out.gaps.append(CollectionGap(info.type, f"CRD not installed: {_resource_name(info)}"))
+            out.gaps.append(CollectionGap(info.type, f"{CRD_NOT_INSTALLED} {_resource_name(info)}"))
     with ThreadPoolExecutor(max_workers=max(1, options.workers)) as pool:
         for future in [
             pool.submit(_list_kind, client, i, v, options, out, progress) for i, v in listable

@@ -692,8 +692,11 @@ def test_zz_missing_service_monitor_crd(
             time.sleep(0.1)
         result = live_scan(control_plane.kubeconfig)
         assert_no_traceback(result)
-        assert result.exit_code == 3, result.output
+        # A CRD that is not installed is a fact about the cluster, not a failed collection:
+        # its checks are not evaluated, and the scan is complete.
+        assert result.exit_code == 0, result.output
         report = result.report
+        assert report["complete"] is True
         reason = f"CRD not installed: {SERVICE_MONITOR_CRD}"
         assert {"type": SERVICE_MONITOR, "reason": reason} in report["source"]["gaps"]
         checks = {c["id"]: c for c in report["checks"]}

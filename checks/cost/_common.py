@@ -1,0 +1,40 @@
+"""What the cost checks share: the Pods that hold a node, and their GPU requests."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from decimal import Decimal
+
+from gpu_audit.api import (
+    Resource,
+    Snapshot,
+    effective_pod_request,
+    is_gpu_resource,
+    templates_of,
+)
+from gpu_audit.checks.distributed._jobs import owner_kinds, pod_is_active
+
+
+def pod_gpus(pod: Resource) -> Decimal:
+    """GPU units (whole, shared or MIG) the scheduler reserves for the pod."""
+    total = Decimal(0)
+    for template in templates_of(pod):
+        for name, value in effective_pod_request(template).items():
+            if is_gpu_resource(name):
+                total += value
+    return total
+
+
+def is_node_agent(pod: Resource) -> bool:
+    """DaemonSet and static (mirror) pods run on every node: they are not tenants."""
+    return "DaemonSet" in owner_kinds(pod) or "kubernetes.io/config.mirror" in pod.annotations
+
+
+def tenants_by_node(snapshot: Snapshot) -> dict[str, list[Resource]]:
+    """Active, bound, non-agent Pods per node name."""
+    out: dict[str, list[Resource]] = defaultdict(list)
+    for pod in snapshot.of("Pod"):
+        node = pod.spec.get("nodeName")
+        if isinstance(node, str) and node and pod_is_active(pod) and not is_node_agent(pod):
+            out[node].append(pod)
+    return out

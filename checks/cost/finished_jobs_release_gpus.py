@@ -1,0 +1,195 @@
+from collections.abc import Iterator
+from decimal import Decimal
+
+from gpu_audit.api import (
+    Category,
+    Resource,
+    Result,
+    Severity,
+    Snapshot,
+    as_list,
+    as_mapping,
+    check,
+    controller_owner,
+    failed,
+    format_quantity,
+    is_gpu_resource,
+    passed,
+    top_owner,
+)
+from gpu_audit.checks.cost._common import pod_gpus
+from gpu_audit.checks.distributed._jobs import (
+    KUBEFLOW_REPLICA_KEYS,
+    MULTI_POD_JOB_TYPES,
+    finished_as,
+    owned_pods,
+    pod_is_active,
+    replica_groups,
+)
+
+# What the operators default an unset runPolicy.cleanPodPolicy to: SetDefaults_PyTorchJob and
+# mpi-operator v2beta1 set None (finished jobs keep their pods), SetDefaults_TFJob sets Running.
+_DEFAULT_CLEAN_POD_POLICY = {
+    "PyTorchJob.kubeflow.org": "None",
+    "MPIJob.kubeflow.org": "None",
+    "TFJob.kubeflow.org": "Running",
+}
+
+
+@check(
+    id="GPU-COST-002",
+    title="Finished training jobs release their GPUs",
+    category=Category.COST,
+    severity=Severity.HIGH,
+    requires=(MULTI_POD_JOB_TYPES,),
+    rationale="""
+        GPU pods that keep running after their job is done hold whole GPUs with zero progress,
+        often for days: Kubeflow workers or parameter servers left Running because
+        cleanPodPolicy is None (the PyTorchJob and MPIJob default), MPI workers idling after
+        the launcher failed, or a batch pod kept Running by a sidecar that is not a native
+        sidecar, so the Job never completes.
+    """,
+    detection="""
+        batch/v1 Jobs, PyTorchJobs, TFJobs, MPIJobs and Volcano Jobs with GPU templates. Live:
+        a job that has finished (Complete/Failed, Succeeded/Failed, or a terminal Volcano phase)
+        fails high while Pods it controls are still Pending or Running with GPU requests (pods
+        being deleted are not counted); a running batch Job fails high when, in one of its
+        Running pods, every GPU container has terminated while another regular container still
+        runs. Static: a Kubeflow job with more than one replica type whose effective
+        cleanPodPolicy is None (explicit, or unset on PyTorchJob and MPIJob; TFJob defaults to
+        Running) fails medium. Terminal pods hold no node resources and are never counted.
+    """,
+    remediation="""
+        # $kind $namespace/$name: $problem
+        $snippet
+    """,
+    references=(
+        "https://github.com/kubeflow/training-operator/blob/5fa872ff10ed31b3996e0135602c991a4610a4a2/pkg/apis/kubeflow.org/v1/pytorch_defaults.go",
+        "https://github.com/kubeflow/training-operator/blob/c3ed7818a0c1cf03a4255d199068a5e7ea8e0615/pkg/apis/kubeflow.org/v1/tensorflow_defaults.go",
+        "https://github.com/kubeflow/mpi-operator/blob/0b32af39c362408a3c64003419ed3e2271d1eb77/pkg/apis/kubeflow/v2beta1/default.go",
+        "https://github.com/kubeflow/trainer/issues/774",
+        "https://kubernetes.io/docs/concepts/workloads/pods/sidecar-containers/",
+    ),
+)
+def finished_jobs_release_gpus(snapshot: Snapshot) -> Iterator[Result]:
+    for job in snapshot.of(*MULTI_POD_JOB_TYPES):
+        if job.ref.kind != "Job" and controller_owner(snapshot, job) is not None:
+            continue
+        groups = replica_groups(job)
+        if not any(g.gpu for g in groups):
+            continue
+        result = _leftovers(snapshot, job) or _sidecar_keeps_alive(snapshot, job)
+        if result is None and job.ref.kind in KUBEFLOW_REPLICA_KEYS:
+            result = _clean_pod_policy(job, len(groups))
+        if result is not None:
+            yield result
+
+
+def _leftovers(snapshot: Snapshot, job: Resource) -> Result | None:
+    state = finished_as(job)
+    if not state:
+        return None
+    holding = [
+        (p, g) for p in owned_pods(snapshot, job) if pod_is_active(p) and (g := pod_gpus(p)) > 0
+    ]
+    if not holding:
+        return passed(job, f"finished ({state}) and no pod of it holds GPUs")
+    gpus = format_quantity(sum((g for _, g in holding), Decimal(0)))
+    names = ", ".join(p.ref.name for p, _ in holding[:3])
+    more = f" and {len(holding) - 3} more" if len(holding) > 3 else ""
+    return failed(
+        job,
+        f"finished ({state}) but its pods {names}{more} still hold {gpus} GPUs",
+        path="status.conditions",
+        fix={"problem": "finished job still holds GPUs", "snippet": _cleanup_snippet(job)},
+    )
+
+
+def _sidecar_keeps_alive(snapshot: Snapshot, job: Resource) -> Result | None:
+    if job.ref.kind != "Job":
+        return None
+    for pod in owned_pods(snapshot, job):
+        if pod.status.get("phase") != "Running":
+            continue
+        gpu_names = {
+            str(c.get("name"))
+            for c in map(as_mapping, as_list(pod.spec.get("containers")))
+            if any(
+                is_gpu_resource(str(r))
+                for section in ("limits", "requests")
+                for r in as_mapping(as_mapping(c.get("resources")).get(section))
+            )
+        }
+        states = {
+            str(s.get("name")): as_mapping(s.get("state"))
+            for s in map(as_mapping, as_list(pod.status.get("containerStatuses")))
+        }
+        if not gpu_names or not all("terminated" in states.get(n, {}) for n in gpu_names):
+            continue
+        running = sorted(n for n, s in states.items() if n not in gpu_names and "running" in s)
+        if running:
+            owner = top_owner(snapshot, job)
+            return failed(
+                owner,
+                f"pod {pod.ref.name}: its GPU containers finished but {', '.join(running)} "
+                "still runs, so the pod keeps its GPUs and the Job never completes",
+                fix={
+                    "problem": f"sidecar {running[0]} keeps the GPU pod alive",
+                    "snippet": _sidecar_snippet(owner, running[0]),
+                },
+            )
+    return None
+
+
+def _clean_pod_policy(job: Resource, replica_types: int) -> Result:
+    run_policy = as_mapping(job.spec.get("runPolicy"))
+    policy = str(
+        run_policy.get("cleanPodPolicy") or _DEFAULT_CLEAN_POD_POLICY.get(job.ref.kind, "None")
+    )
+    if policy == "None" and replica_types > 1:
+        where = "set to None" if run_policy.get("cleanPodPolicy") else "unset (defaults to None)"
+        return failed(
+            job,
+            f"has runPolicy.cleanPodPolicy {where}: when the job finishes, its other "
+            "replicas' pods keep running and holding GPUs",
+            path="spec.runPolicy.cleanPodPolicy",
+            severity=Severity.MEDIUM,
+            fix={"problem": "pods are kept after the job finishes", "snippet": _policy_snippet()},
+        )
+    return passed(job, f"cleans up its pods when it finishes (cleanPodPolicy {policy})")
+
+
+def _policy_snippet() -> str:
+    return "spec:\n  runPolicy:\n    cleanPodPolicy: Running\n    ttlSecondsAfterFinished: 3600"
+
+
+def _cleanup_snippet(job: Resource) -> str:
+    if job.ref.kind in KUBEFLOW_REPLICA_KEYS:
+        return (
+            f"kubectl delete pod -n {job.ref.namespace} -l training.kubeflow.org/job-name="
+            f"{job.ref.name} --field-selector=status.phase=Running\n"
+            "# and keep it from recurring:\n" + _policy_snippet()
+        )
+    if job.ref.kind == "Job":
+        return (
+            f"kubectl delete pod -n {job.ref.namespace} -l batch.kubernetes.io/job-name="
+            f"{job.ref.name} --field-selector=status.phase=Running"
+        )
+    return f"kubectl delete -n {job.ref.namespace} jobs.batch.volcano.sh {job.ref.name}"
+
+
+def _sidecar_snippet(owner: Resource, container: str) -> str:
+    path = (
+        "spec.jobTemplate.spec.template.spec"
+        if owner.ref.kind == "CronJob"
+        else "spec.template.spec"
+    )
+    keys = path.split(".")
+    lines = [f"{'  ' * depth}{key}:" for depth, key in enumerate(keys)]
+    pad = "  " * len(keys)
+    lines += [
+        f"{pad}initContainers:   # a native sidecar stops when the main containers finish",
+        f"{pad}  - name: {container}   # moved here from containers",
+        f"{pad}    restartPolicy: Always",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,154 @@
+from collections.abc import Iterator
+
+from gpu_audit.api import (
+    Category,
+    Resource,
+    Result,
+    Severity,
+    Snapshot,
+    as_list,
+    as_mapping,
+    check,
+    failed,
+    passed,
+)
+from gpu_audit.checks.cost._common import pod_gpus, tenants_by_node
+from gpu_audit.checks.distributed._jobs import owner_kinds
+from gpu_audit.checks.nodes._common import NODEPOOL, nodepool_gpu_scope
+
+_TRAINING_OWNERS = frozenset({"Job", "PyTorchJob", "TFJob", "MPIJob", "TrainJob", "PodGroup"})
+# Policies that also repack nodes that still run pods (v1 WhenEmptyOrUnderutilized, its v1beta1
+# name WhenUnderutilized, and the newer Balanced).
+_REPACKING = frozenset({"WhenEmptyOrUnderutilized", "WhenUnderutilized", "Balanced"})
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+Problem = tuple[Severity, str, str, str]
+
+
+@check(
+    id="GPU-COST-003",
+    title="Karpenter NodePools that can launch GPU instances are bounded and remove idle nodes",
+    category=Category.COST,
+    severity=Severity.HIGH,
+    requires=(NODEPOOL,),
+    rationale="""
+        A NodePool without spec.limits lets one runaway job or mis-set replica count launch
+        an unbounded number of 8-GPU instances. One that never consolidates (consolidateAfter
+        Never, or a disruption budget of zero nodes) keeps empty GPU nodes billing after the
+        pods scale down. And consolidation that repacks underutilised nodes evicts multi-hour
+        training runs unless their pods opt out with karpenter.sh/do-not-disrupt.
+    """,
+    detection="""
+        Karpenter NodePools whose requirements allow GPU instance types (only GPU types: high;
+        requirements that do not exclude them: medium). Static NodePools (spec.replicas) are
+        already bounded and skip the limits and consolidation parts. Fails when spec.limits is
+        missing or empty; when disruption.consolidateAfter is Never; when a budget allows 0
+        nodes with no schedule and no reasons (or the Empty reason). Live: GPU pods of
+        training jobs (Job, PyTorchJob, TFJob, MPIJob, TrainJob owners) on nodes of a pool
+        whose consolidationPolicy repacks nodes (WhenEmptyOrUnderutilized by default,
+        WhenUnderutilized, Balanced) without karpenter.sh/do-not-disrupt fail low. Limits with
+        only cpu/memory pass: they bound GPUs indirectly.
+    """,
+    remediation="""
+        # $kind $name: $problem
+        apiVersion: karpenter.sh/v1
+        kind: NodePool
+        metadata:
+          name: $name
+        $snippet
+    """,
+    references=(
+        "https://karpenter.sh/docs/concepts/nodepools/",
+        "https://karpenter.sh/docs/concepts/disruption/",
+        "https://github.com/kubernetes-sigs/karpenter/blob/a559e048b507d6024a1a43b7dc925708fc38c901/pkg/apis/v1/nodepool.go",
+    ),
+)
+def gpu_nodepools_bounded_and_consolidated(snapshot: Snapshot) -> Iterator[Result]:
+    tenants = tenants_by_node(snapshot)
+    for pool in snapshot.of(NODEPOOL):
+        scope = nodepool_gpu_scope(pool)
+        if scope == "none":
+            continue
+        problems = list(_config_problems(pool, scope)) + list(
+            _training_at_risk(snapshot, pool, tenants)
+        )
+        if not problems:
+            static = pool.spec.get("replicas") is not None
+            yield passed(
+                pool,
+                "is a static pool of fixed size" if static else "is bounded and removes idle nodes",
+            )
+            continue
+        worst = max(problems, key=lambda p: p[0].rank)
+        yield failed(
+            pool,
+            "; ".join(p[1] for p in problems),
+            path=worst[2],
+            severity=worst[0],
+            fix={"problem": worst[1], "snippet": worst[3]},
+        )
+
+
+def _config_problems(pool: Resource, scope: str) -> Iterator[Problem]:
+    spec = pool.spec
+    if spec.get("replicas") is not None:
+        return  # static pool: fixed size, only limits.nodes allowed, no consolidation
+    what = "launches only GPU instances" if scope == "only" else "can launch GPU instances"
+    if not as_mapping(spec.get("limits")):
+        yield (
+            Severity.HIGH if scope == "only" else Severity.MEDIUM,
+            f"{what} and has no spec.limits: nothing caps how many it creates",
+            "spec.limits",
+            'spec:\n  limits:\n    nvidia.com/gpu: "32"   # the team\'s GPU budget\n    cpu: "1000"',
+        )
+    disruption = as_mapping(spec.get("disruption"))
+    if str(disruption.get("consolidateAfter", "")) == "Never":
+        yield (
+            Severity.MEDIUM,
+            "has consolidateAfter Never: empty GPU nodes are never removed",
+            "spec.disruption.consolidateAfter",
+            "spec:\n  disruption:\n    consolidationPolicy: WhenEmpty\n    consolidateAfter: 10m",
+        )
+    for index, budget in enumerate(map(as_mapping, as_list(disruption.get("budgets")))):
+        reasons = {str(r) for r in as_list(budget.get("reasons"))}
+        blocks_empty = not reasons or "Empty" in reasons
+        if (
+            str(budget.get("nodes", "")) in ("0", "0%")
+            and not budget.get("schedule")
+            and blocks_empty
+        ):
+            yield (
+                Severity.MEDIUM,
+                f"disruption budget {index} allows 0 nodes at all times: empty GPU nodes are "
+                "never removed",
+                f"spec.disruption.budgets[{index}]",
+                'spec:\n  disruption:\n    budgets:\n      - nodes: "10%"\n'
+                '      - nodes: "0"                 # freeze only in business hours\n'
+                '        schedule: "0 9 * * mon-fri"\n        duration: 8h',
+            )
+
+
+def _training_at_risk(
+    snapshot: Snapshot, pool: Resource, tenants: dict[str, list[Resource]]
+) -> Iterator[Problem]:
+    disruption = as_mapping(pool.spec.get("disruption"))
+    policy = str(disruption.get("consolidationPolicy") or "WhenEmptyOrUnderutilized")
+    if pool.spec.get("replicas") is not None or policy not in _REPACKING:
+        return
+    exposed = sorted(
+        str(pod.ref)
+        for node in snapshot.with_label("Node", "karpenter.sh/nodepool", pool.ref.name)
+        for pod in tenants.get(node.ref.name, [])
+        if owner_kinds(pod) & _TRAINING_OWNERS
+        and pod_gpus(pod) > 0
+        and pod.annotations.get(DO_NOT_DISRUPT) != "true"
+    )
+    if exposed:
+        yield (
+            Severity.LOW,
+            f"consolidates with {policy}, which may evict the running GPU training pods "
+            f"{', '.join(exposed[:3])}{' and more' if len(exposed) > 3 else ''} "
+            f"(no {DO_NOT_DISRUPT})",
+            "spec.disruption.consolidationPolicy",
+            "spec:\n  disruption:\n    consolidationPolicy: WhenEmpty   # or annotate training pods "
+            f'{DO_NOT_DISRUPT}: "true"\n    consolidateAfter: 10m',
+        )

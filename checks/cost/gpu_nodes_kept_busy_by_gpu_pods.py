@@ -1,0 +1,107 @@
+from collections.abc import Iterator
+from decimal import Decimal
+
+from gpu_audit.api import (
+    Category,
+    Resource,
+    Result,
+    Severity,
+    Snapshot,
+    check,
+    failed,
+    format_quantity,
+    node_is_schedulable,
+    node_taints,
+    passed,
+)
+from gpu_audit.checks.cost._common import pod_gpus, tenants_by_node
+from gpu_audit.checks.nodes._common import (
+    gpu_hosts,
+    gpu_quantities,
+    has_resource_status,
+    is_bootstrapping,
+    is_transient_taint,
+)
+
+
+@check(
+    id="GPU-COST-001",
+    title="GPU nodes are kept busy by GPU pods, not by CPU-only tenants",
+    category=Category.COST,
+    severity=Severity.HIGH,
+    requires=("Node", "Pod"),
+    rationale="""
+        A GPU node is billed at GPU prices whatever runs on it. When its only tenants request
+        no GPU, the cluster pays for GPUs to run CPU work, and those pods keep autoscalers from
+        removing the node; scaling GPU pods down does not stop the charges while anything else
+        holds the node. A GPU node that no pod uses at all is the same cost with nothing gained.
+    """,
+    detection="""
+        Ready, schedulable GPU nodes with live status showing allocatable GPUs (whole, shared or
+        MIG units, so time-sliced replicas count as advertised), that are not draining
+        (lifecycle taints such as karpenter.sh/disrupted) or still joining. Tenants are the
+        bound, non-terminal Pods on the node other than DaemonSet and static pods. Fails high
+        when there are tenants and none requests a GPU; fails low when there are no tenants
+        (unrequested now: a single dump cannot tell how long, so compare with a later scan).
+        "Unused" means unrequested, not low utilisation, which needs DCGM metrics. The taint
+        that keeps CPU pods off GPU nodes is GPU-NODE-005's.
+    """,
+    remediation="""
+        # $kind $name: $problem
+        kubectl $command
+    """,
+    references=(
+        "https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/#example-use-cases",
+        "https://github.com/kubernetes/kubernetes/issues/25908",
+        "https://kubernetes.io/docs/tasks/administer-cluster/safely-drain-node/",
+    ),
+)
+def gpu_nodes_kept_busy_by_gpu_pods(snapshot: Snapshot) -> Iterator[Result]:
+    tenants = tenants_by_node(snapshot)
+    for node in gpu_hosts(snapshot):
+        units = sum(gpu_quantities(node, "allocatable").values(), Decimal(0))
+        if not has_resource_status(node) or units <= 0 or not _in_service(node):
+            continue  # no live status, device plugin not ready, or leaving: other checks
+        pods = tenants.get(node.ref.name, [])
+        requested = sum((pod_gpus(p) for p in pods), Decimal(0))
+        yield _verdict(node, pods, requested, units)
+
+
+def _in_service(node: Resource) -> bool:
+    if not node_is_schedulable(node) or is_bootstrapping(node):
+        return False
+    return not any(is_transient_taint(t) and t.effect == "NoSchedule" for t in node_taints(node))
+
+
+def _verdict(node: Resource, pods: list[Resource], requested: Decimal, units: Decimal) -> Result:
+    total = format_quantity(units)
+    if pods and requested == 0:
+        names = ", ".join(str(p.ref) for p in pods[:3])
+        more = f" and {len(pods) - 3} more" if len(pods) > 3 else ""
+        return failed(
+            node,
+            f"has {total} allocatable GPUs but only CPU pods: {names}{more}; they keep the "
+            "GPU node (and its bill) alive",
+            fix={
+                "problem": "CPU-only tenants on a GPU node",
+                "command": f"taint nodes {node.ref.name} nvidia.com/gpu=present:NoSchedule "
+                f"--overwrite\nkubectl drain {node.ref.name} --ignore-daemonsets "
+                "--delete-emptydir-data   # move the CPU pods off; the autoscaler can then "
+                "remove the node",
+            },
+        )
+    if not pods:
+        return failed(
+            node,
+            f"has {total} allocatable GPUs and no pod requests any of them (at the time of "
+            "the dump; compare with a later scan before removing it)",
+            severity=Severity.LOW,
+            fix={
+                "problem": "no pod uses the GPU node",
+                "command": f"drain {node.ref.name} --ignore-daemonsets   # then let the "
+                "autoscaler (or you) remove the idle node",
+            },
+        )
+    return passed(
+        node, f"has {format_quantity(requested)} of {total} GPU units requested by its pods"
+    )

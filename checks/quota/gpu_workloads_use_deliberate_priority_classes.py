@@ -1,0 +1,205 @@
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from gpu_audit.api import (
+    WORKLOAD_TYPES,
+    Category,
+    PodTemplate,
+    Resource,
+    Result,
+    Severity,
+    Snapshot,
+    check,
+    failed,
+    passed,
+)
+from gpu_audit.checks.quota._common import tenant_gpu_templates
+
+SERVING_KINDS = frozenset({"Deployment", "StatefulSet", "ReplicaSet", "ReplicationController"})
+BATCH_KINDS = frozenset(
+    {"Job", "CronJob", "PyTorchJob.kubeflow.org", "MPIJob.kubeflow.org", "Job.batch.volcano.sh"}
+)
+# Built in to every cluster (pod-priority-preemption docs); meant for cluster components only.
+SYSTEM_CLASSES = {"system-cluster-critical": 2000000000, "system-node-critical": 2000001000}
+KUEUE_PRIORITY = "kueue.x-k8s.io/priority-class"
+HIGH_DEFAULT = 1000000
+
+
+@dataclass(frozen=True, slots=True)
+class Priority:
+    """What a template's pods get: the class (or "" for none) and its value, None when the
+    class is not in the input."""
+
+    name: str
+    value: int | None
+    preempts: bool
+    missing: bool = False
+
+
+@check(
+    id="GPU-QUOTA-002",
+    title="GPU serving outranks GPU batch work in priority, and preemption is deliberate",
+    category=Category.QUOTA,
+    severity=Severity.MEDIUM,
+    requires=(WORKLOAD_TYPES,),
+    rationale="""
+        Without priorities a research sweep and a production inference Deployment compete
+        first-come first-served for GPUs: serving replicas cannot start during a scale-out and
+        the scheduler cannot preempt batch work for them. The opposite mistake, batch jobs in a
+        class that may preempt serving, or a high globalDefault class, lets any job evict
+        serving pods; system-*-critical classes on tenant pods outrank the cluster itself.
+    """,
+    detection="""
+        GPU pod templates outside the control plane and GPU stack namespaces. A template's
+        priority is its priorityClassName (a Volcano Job's spec.priorityClassName as fallback),
+        else the globalDefault class, else 0; preemptionPolicy comes from the pod, else the
+        class (PreemptLowerPriority by default). Serving (Deployment, StatefulSet, ReplicaSet)
+        fails when its priority is not above the lowest batch (Job, CronJob, PyTorchJob,
+        MPIJob, Volcano Job) GPU priority; batch fails when it outranks some serving GPU
+        workload and may preempt. system-cluster-critical / system-node-critical on tenant GPU
+        pods and a priorityClassName that no PriorityClass in the input defines fail high; a
+        globalDefault class of 1000000 or more fails low. Templates whose job carries a Kueue
+        priority-class label are compared by Kueue, not here; classes not in the input are not
+        compared.
+    """,
+    remediation="""
+        # $kind $namespace/$name: $problem
+        $snippet
+    """,
+    references=(
+        "https://kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/",
+        "https://kubernetes.io/docs/concepts/policy/resource-quotas/#limit-priority-class-consumption-by-default",
+        "https://kueue.sigs.k8s.io/docs/concepts/workload_priority_class/",
+    ),
+)
+def gpu_workloads_use_deliberate_priority_classes(snapshot: Snapshot) -> Iterator[Result]:
+    templates = [t for ts in tenant_gpu_templates(snapshot).values() for t in ts]
+    if not templates:
+        return
+    classes = {c.ref.name: c for c in snapshot.of("PriorityClass")}
+    default = next((c for c in classes.values() if c.raw.get("globalDefault") is True), None)
+    priorities = [(t, _priority(snapshot, t, classes, default)) for t in templates]
+    compared = [
+        (t, p)
+        for t, p in priorities
+        if p.value is not None and not _kueue_ranked(t) and p.name not in SYSTEM_CLASSES
+    ]
+    batch = [p.value for t, p in compared if _kind(t) in BATCH_KINDS and p.value is not None]
+    serving = [p.value for t, p in compared if _kind(t) in SERVING_KINDS and p.value is not None]
+    for template, priority in priorities:
+        yield _judge(template, priority, min(batch, default=None), min(serving, default=None))
+    if default is not None and _value(default) >= HIGH_DEFAULT:
+        yield failed(
+            default,
+            f"is the globalDefault with value {_value(default)}: every pod without a class, "
+            "any team's batch job included, gets high priority and may preempt",
+            path="globalDefault",
+            severity=Severity.LOW,
+            fix={
+                "problem": "high globalDefault",
+                "snippet": f"kubectl patch priorityclass {default.ref.name} --type=merge "
+                "-p '{\"globalDefault\":false}'",
+            },
+        )
+
+
+def _kind(template: PodTemplate) -> str:
+    return template.owner.ref.kind
+
+
+def _kueue_ranked(template: PodTemplate) -> bool:
+    return KUEUE_PRIORITY in template.owner.labels or KUEUE_PRIORITY in template.labels
+
+
+def _value(priority_class: Resource) -> int:
+    value = priority_class.raw.get("value")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _priority(
+    snapshot: Snapshot,
+    template: PodTemplate,
+    classes: dict[str, Resource],
+    default: Resource | None,
+) -> Priority:
+    name = str(template.spec.get("priorityClassName") or "")
+    if not name and _kind(template) == "Job.batch.volcano.sh":
+        name = str(template.owner.spec.get("priorityClassName") or "")
+    pod_policy = template.spec.get("preemptionPolicy")
+    if not name and default is None:
+        return Priority("", 0, pod_policy != "Never")
+    if name in SYSTEM_CLASSES:
+        return Priority(name, SYSTEM_CLASSES[name], pod_policy != "Never")
+    found = classes.get(name) if name else default
+    if found is None:
+        return Priority(name, None, True, missing=snapshot.has("PriorityClass"))
+    policy = pod_policy or found.raw.get("preemptionPolicy") or "PreemptLowerPriority"
+    return Priority(found.ref.name, _value(found), policy != "Never")
+
+
+def _judge(
+    template: PodTemplate, priority: Priority, batch_min: int | None, serving_min: int | None
+) -> Result:
+    label = f"priority {priority.value} ({priority.name or 'no class'})"
+    if priority.name in SYSTEM_CLASSES:
+        return failed(
+            template,
+            f"uses {priority.name}, reserved for cluster components: it outranks (and can "
+            "preempt) the control plane and the GPU stack",
+            path=f"{template.path}.priorityClassName",
+            severity=Severity.HIGH,
+            fix=_class_fix(template, "a tenant class instead of a system class"),
+        )
+    if priority.missing:
+        return failed(
+            template,
+            f"names PriorityClass {priority.name}, which the input does not define: the "
+            "Priority admission plugin rejects its pods",
+            path=f"{template.path}.priorityClassName",
+            severity=Severity.HIGH,
+            fix=_class_fix(template, f"PriorityClass {priority.name} does not exist"),
+        )
+    if _kueue_ranked(template):
+        return passed(template, "is ranked by a Kueue WorkloadPriorityClass at admission")
+    if priority.value is None:
+        return passed(template, f"names PriorityClass {priority.name}, not in the input")
+    kind = _kind(template)
+    if kind in SERVING_KINDS and batch_min is not None and priority.value <= batch_min:
+        return failed(
+            template,
+            f"serves with {label}, not above the lowest GPU batch priority {batch_min}: it "
+            "cannot preempt batch GPU work to start or scale out",
+            path=f"{template.path}.priorityClassName",
+            fix=_class_fix(template, "serving cannot preempt batch GPU work"),
+        )
+    if (
+        kind in BATCH_KINDS
+        and serving_min is not None
+        and priority.value > serving_min
+        and priority.preempts
+    ):
+        return failed(
+            template,
+            f"runs batch GPU work at {label}, above a GPU serving workload ({serving_min}), "
+            "and may preempt it",
+            path=f"{template.path}.priorityClassName",
+            fix=_class_fix(template, "batch GPU work can preempt serving"),
+        )
+    return passed(template, f"runs at {label}")
+
+
+def _class_fix(template: PodTemplate, problem: str) -> dict[str, str]:
+    if _kind(template) in SERVING_KINDS:
+        name, value, policy, what = "gpu-production", 100000, "PreemptLowerPriority", "serving"
+    else:
+        name, value, policy, what = "gpu-research", 1000, "Never", "batch"
+    keys = [] if "[" in template.path else template.path.split(".")
+    patch = [f"{'  ' * depth}{key}:" for depth, key in enumerate(keys)]
+    patch.append(f"{'  ' * len(keys)}priorityClassName: {name}")
+    snippet = (
+        "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\n"
+        f"metadata:\n  name: {name}\nvalue: {value}\npreemptionPolicy: {policy}\n"
+        f"description: GPU {what} workloads\n---\n"
+        f"# and in the pod template ({template.path}):\n" + "\n".join(patch)
+    )
+    return {"problem": problem, "snippet": snippet}

@@ -1,0 +1,51 @@
+"""Terminal rendering of the report's `compliance` section: one short table per framework.
+
+Reads only the JSON-shaped dicts of the section, which gpu_audit.frameworks builds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+_STATUS = {"pass": "PASS", "fail": "FAIL", "not_evaluated": "not evaluated"}
+
+
+def _detail(control: Mapping[str, Any]) -> str:
+    checks = control["checks"]
+    if control["status"] == "fail":
+        return "failed: " + ", ".join(c["id"] for c in checks if c["status"] == "failed")
+    if control["status"] == "not_evaluated":
+        return str(control["reason"])
+    passed = sum(1 for c in checks if c["status"] == "passed")
+    rest = ", the rest not applicable" if passed < len(checks) else ""
+    return f"{passed} of {len(checks)} checks passed{rest}"
+
+
+def _heading(framework: Mapping[str, Any]) -> str:
+    summary = framework["summary"]
+    score = "n/a" if summary["score"] is None else f"{summary['score']:.1f}%"
+    return (
+        f"Compliance: {framework['title']} ({framework['version']}): score {score}, "
+        f"{summary['passed']} pass, {summary['failed']} fail, "
+        f"{summary['not_evaluated']} not evaluated, "
+        f"{summary['not_assessable']} not assessable by a scanner"
+    )
+
+
+def compliance_lines(frameworks: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for framework in frameworks:
+        rows = [
+            [c["id"], _STATUS[c["status"]], c["title"], _detail(c)] for c in framework["controls"]
+        ]
+        table = tabulate(
+            rows,
+            headers=["CONTROL", "STATUS", "TITLE", "DETAIL"],
+            tablefmt="simple",
+            maxcolwidths=[None, None, 45, 60],
+        )
+        lines.extend([_heading(framework), table, ""])
+    return lines

@@ -1,0 +1,197 @@
+"""Terminal rendering of the diagnostics section: the GPU inventory and the Pending explanations.
+
+Reads only the JSON-shaped dicts of the report's `diagnostics` section (or of `gpu-audit
+inventory --format json` / `why-pending --format json`, which have the same shape).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+MAX_NODE_ROWS = 30
+_FIT_SIZES = ("1", "2", "4", "8")
+
+
+def _fits(counts: Mapping[str, Any]) -> str:
+    return "/".join(str(counts["fits"].get(size, 0)) for size in _FIT_SIZES)
+
+
+def _mode(pool: Mapping[str, Any]) -> str:
+    sharing = pool["sharing"]
+    if sharing["mode"] in ("", "none"):
+        return "none"
+    replicas = f" x{sharing['replicas']}" if sharing["replicas"] else ""
+    return f"{sharing['mode']}{replicas}"
+
+
+def _mig(pool: Mapping[str, Any]) -> str:
+    mig = pool["mig"]
+    profiles = ", ".join(f"{name} x{count}" for name, count in sorted(mig["profiles"].items()))
+    return f"{mig['strategy']}: {profiles}" if profiles else mig["strategy"]
+
+
+def render_inventory(inventory: Mapping[str, Any]) -> str:
+    """One row per pool, GPU product and GPU resource, then the cluster totals."""
+    headers = [
+        "POOL",
+        "PRODUCT",
+        "NODES",
+        "READY",
+        "CORDONED",
+        "MIG",
+        "SHARING",
+        "RESOURCE",
+        "CAPACITY",
+        "ALLOCATABLE",
+        "REQUESTED",
+        "IDLE",
+        "HELD",
+        "FIT 1/2/4/8",
+    ]
+    rows: list[list[Any]] = []
+    for pool in inventory["pools"]:
+        head = [
+            pool["pool"],
+            pool["product"],
+            len(pool["nodes"]),
+            pool["ready"],
+            pool["cordoned"],
+            _mig(pool),
+            _mode(pool),
+        ]
+        if not pool["resources"]:
+            rows.append([*head, "(none advertised)", 0, 0, 0, 0, 0, "0/0/0/0"])
+        rows.extend([*head, *_counts_row(res)] for res in pool["resources"])
+    rows.extend(
+        ["(all pools)", "", "", "", "", "", "", *_counts_row(r)] for r in inventory["totals"]
+    )
+    lines = ["GPU inventory", ""]
+    if rows:
+        lines.append(tabulate(rows, headers=headers, tablefmt="simple"))
+    else:
+        lines.append("No GPU nodes in the input.")
+    lines += [
+        "",
+        "REQUESTED: by bound pods that have not finished. IDLE: allocatable minus requested. "
+        "HELD: requested by running pods whose GPU containers have all exited. FIT: how many "
+        "more pods of 1/2/4/8 units fit on ready, uncordoned nodes.",
+    ]
+    if inventory["finished_gpu_pods"]:
+        lines.append(
+            "Succeeded/Failed pods that requested GPUs (they hold none): "
+            + ", ".join(inventory["finished_gpu_pods"])
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _counts_row(res: Mapping[str, Any]) -> list[Any]:
+    return [
+        res["resource"],
+        res["capacity"],
+        res["allocatable"],
+        res["requested"],
+        res["idle"],
+        res["held_by_finished"],
+        _fits(res),
+    ]
+
+
+_BINARY = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+_BYTE_RESOURCES = ("memory", "ephemeral-storage")
+
+
+def _amount(resource: str, value: float) -> str:
+    """Byte quantities the way kubectl writes them (34359738368 -> 32Gi)."""
+    if resource in _BYTE_RESOURCES or resource.startswith("hugepages-"):
+        for suffix, size in _BINARY:
+            if value >= size and value % size == 0:
+                return f"{int(value // size)}{suffix}"
+    return str(value)
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line if line else line for line in text.splitlines())
+
+
+def _message_line(message: Mapping[str, Any]) -> str:
+    count = f" (x{message['count']})" if message["count"] > 1 else ""
+    if message["agrees"] is None:
+        verdict = "not in the default scheduler's format, not compared"
+    elif message["agrees"]:
+        verdict = "agrees with the evaluation above"
+    else:
+        verdict = "DISAGREES: " + "; ".join(message["differences"])
+    return f"  {message['source']}{count}: {message['message']}\n    -> {verdict}"
+
+
+def _node_rows(nodes: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    rows = []
+    for node in nodes[:MAX_NODE_ROWS]:
+        failed = [p for p in node["predicates"] if not p["passed"]]
+        rows.append(
+            [
+                node["node"],
+                "yes" if node["gpu_node"] else "no",
+                "FITS" if node["fits"] else ", ".join(node["scheduler_reasons"]),
+                "; ".join(f"{p['predicate']}: {p['detail']}" for p in failed if p["detail"]),
+            ]
+        )
+    return rows
+
+
+def render_explanation(explanation: Mapping[str, Any]) -> str:
+    pod = explanation["pod"]
+    origin = explanation["template"]
+    title = (
+        f"{origin['kind']} {origin['namespace']}/{origin['name']} ({origin['path']}), as a new pod"
+        if origin
+        else f"Pod {pod['namespace']}/{pod['name']} ({explanation['phase']})"
+    )
+    request = ", ".join(
+        f"{name} {_amount(name, value)}" for name, value in explanation["request"].items()
+    )
+    lines = [
+        f"{title}, scheduler {explanation['scheduler']}",
+        f"  requests: {request or 'nothing'}",
+        f"  {explanation['summary']}",
+    ]
+    lines.extend(_message_line(m) for m in explanation["scheduler_messages"])
+    for check in explanation["pod_checks"]:
+        mark = "ok  " if check["passed"] else "FAIL"
+        lines.append(f"  [{mark}] {check['predicate']}: {check['detail']}")
+    rows = _node_rows(explanation["nodes"])
+    if rows:
+        table = tabulate(
+            rows,
+            headers=["NODE", "GPU", "SCHEDULER SAYS", "WHY"],
+            tablefmt="simple",
+            maxcolwidths=[None, None, 50, 70],
+        )
+        lines += ["", _indent(table, "  ")]
+        hidden = len(explanation["nodes"]) - len(rows)
+        if hidden > 0:
+            lines.append(f"  ... and {hidden} more nodes (see --format json)")
+    if explanation["fixes"]:
+        lines += ["", "  Fix:"]
+        lines += [_indent(fix) for fix in explanation["fixes"]]
+    return "\n".join(lines) + "\n"
+
+
+def render_pending(explanations: Sequence[Mapping[str, Any]]) -> str:
+    return "\n".join(render_explanation(e) for e in explanations)
+
+
+def diagnostics_lines(diagnostics: Mapping[str, Any] | None) -> list[str]:
+    """The scan report's diagnostics section (absent from reports of older versions)."""
+    if not diagnostics:
+        return []
+    lines = []
+    if diagnostics["inventory"] is not None:
+        lines += [render_inventory(diagnostics["inventory"])]
+    pending = diagnostics["pending_pods"]
+    if pending:
+        lines += [f"Pending GPU pods ({len(pending)}):", "", render_pending(pending)]
+    return lines

@@ -1,0 +1,685 @@
+"""Why a GPU pod is Pending: per-node predicate verdicts, the scheduler-style summary, the fix,
+and whether the pod's FailedScheduling events agree.
+
+The summary has the format of kube-scheduler's FitError ("0/12 nodes are available: 8 node(s)
+had untolerated taint {nvidia.com/gpu: true}, 4 Insufficient nvidia.com/gpu."): reasons
+counted per node and sorted as strings. The scheduler appends a preemption part
+("preemption: 0/12 nodes are available: ..."); it depends on priorities and is left out here,
+and ignored when comparing with events.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from gpu_audit.diagnostics.fit import (
+    ClusterUsage,
+    as_number,
+    cluster_usage,
+    gpu_part,
+    is_bound,
+    node_name_of,
+    pod_phase,
+    pod_request,
+)
+from gpu_audit.diagnostics.predicates import (
+    SchedulingContext,
+    Verdict,
+    inter_pod_rules,
+    node_verdicts,
+    reasons_histogram,
+    scheduling_context,
+    spread_constraints,
+)
+from gpu_audit.errors import InputError
+from gpu_audit.k8s import (
+    WORKLOAD_TYPES,
+    Container,
+    PodTemplate,
+    QuantityError,
+    add_quantities,
+    as_list,
+    as_mapping,
+    is_extended_resource,
+    is_gpu_node,
+    parse_quantity,
+    quantities,
+    str_map,
+    templates_of,
+)
+from gpu_audit.model import ObjRef, Resource
+from gpu_audit.snapshot import Snapshot
+
+DEFAULT_SCHEDULER = "default-scheduler"
+RUNTIME_CLASS = "RuntimeClass"
+VOLCANO_PODGROUP = "PodGroup.scheduling.volcano.sh"
+COSCHEDULING_PODGROUP = "PodGroup.scheduling.x-k8s.io"
+# Volcano names a pod's PodGroup in an annotation; scheduler-plugins' Coscheduling in a label
+# (the second label is its legacy name).
+VOLCANO_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
+COSCHEDULING_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
+_FIT_ERROR = re.compile(r"^0/(\d+) nodes are available:(.*)$", re.DOTALL)
+_HISTOGRAM_ITEM = re.compile(r"^(\d+) (.+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeExplanation:
+    node: str
+    gpu_node: bool
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def fits(self) -> bool:
+        return all(v.passed for v in self.verdicts)
+
+    @property
+    def failed(self) -> tuple[Verdict, ...]:
+        return tuple(v for v in self.verdicts if not v.passed)
+
+    def as_dict(self) -> dict[str, Any]:
+        first = self.failed[0] if self.failed else None
+        return {
+            "node": self.node,
+            "gpu_node": self.gpu_node,
+            "fits": self.fits,
+            "scheduler_reasons": list(first.reasons) if first else [],
+            "predicates": [v.as_dict() for v in self.verdicts],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerMessage:
+    """A FailedScheduling event or the PodScheduled condition, compared with the summary."""
+
+    source: str  # "event <name>" or "condition PodScheduled"
+    message: str
+    count: int
+    agrees: bool | None  # None: not in the default scheduler's format
+    differences: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "message": self.message,
+            "count": self.count,
+            "agrees": self.agrees,
+            "differences": list(self.differences),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateOrigin:
+    """The workload whose pod template stands in for a pod that does not exist yet."""
+
+    owner: ObjRef
+    path: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.owner.kind_name,
+            "namespace": self.owner.namespace,
+            "name": self.owner.name,
+            "path": self.path,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PendingExplanation:
+    pod: ObjRef
+    template: TemplateOrigin | None
+    phase: str
+    scheduler: str
+    request: tuple[tuple[str, Decimal], ...]
+    pod_checks: tuple[Verdict, ...]
+    nodes: tuple[NodeExplanation, ...]
+    histogram: tuple[tuple[str, int], ...]
+    summary: str
+    fixes: tuple[str, ...]
+    messages: tuple[SchedulerMessage, ...]
+
+    @property
+    def fitting_nodes(self) -> tuple[str, ...]:
+        return tuple(n.node for n in self.nodes if n.fits)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pod": {"namespace": self.pod.namespace, "name": self.pod.name},
+            "template": self.template.as_dict() if self.template else None,
+            "phase": self.phase,
+            "scheduler": self.scheduler,
+            "request": {name: as_number(value) for name, value in self.request},
+            "pod_checks": [v.as_dict() for v in self.pod_checks],
+            "summary": self.summary,
+            "histogram": dict(self.histogram),
+            "fitting_nodes": list(self.fitting_nodes),
+            "fixes": list(self.fixes),
+            "scheduler_messages": [m.as_dict() for m in self.messages],
+            "nodes": [n.as_dict() for n in self.nodes],
+        }
+
+
+# --------------------------------------------------------------------------- pod-level checks
+
+
+def _admitted_spec(snapshot: Snapshot, pod: Resource) -> tuple[dict[str, Any], Verdict | None]:
+    """The spec the scheduler sees: the RuntimeClass admission plugin merges the class's
+    scheduling.nodeSelector and tolerations into the pod and sets spec.overhead from it. Pods
+    read from a cluster already carry them (merging again changes nothing); manifests do not."""
+    spec = dict(pod.spec)
+    name = str(spec.get("runtimeClassName") or "")
+    if not name:
+        return spec, None
+    if not snapshot.has(RUNTIME_CLASS):
+        return spec, Verdict(
+            RUNTIME_CLASS, True, (), f"runtimeClassName {name}: RuntimeClasses not in the input"
+        )
+    found = snapshot.get(RUNTIME_CLASS, "", name)
+    if found is None:
+        return spec, Verdict(
+            RUNTIME_CLASS,
+            False,
+            (),
+            f"RuntimeClass {name} does not exist: admission rejects new pods that name it and "
+            "the kubelet cannot run this one",
+            f"# create RuntimeClass {name} (handler: the CRI handler, e.g. nvidia) or fix "
+            "spec.runtimeClassName",
+        )
+    scheduling = as_mapping(found.raw.get("scheduling"))
+    selector = str_map(spec.get("nodeSelector"))
+    for key, value in str_map(scheduling.get("nodeSelector")).items():
+        if key in selector and selector[key] != value:
+            return spec, Verdict(
+                RUNTIME_CLASS,
+                False,
+                (),
+                f"RuntimeClass {name} selects {key}={value}, the pod {key}={selector[key]}: "
+                "admission rejects the conflict",
+                f"# make the pod's nodeSelector {key} agree with RuntimeClass {name}",
+            )
+        selector[key] = value
+    spec["nodeSelector"] = selector
+    tolerations = list(as_list(spec.get("tolerations")))
+    tolerations.extend(t for t in as_list(scheduling.get("tolerations")) if t not in tolerations)
+    spec["tolerations"] = tolerations
+    if not spec.get("overhead") and as_mapping(found.raw.get("overhead")).get("podFixed"):
+        spec["overhead"] = as_mapping(found.raw.get("overhead")).get("podFixed")
+    handler = str(found.raw.get("handler", ""))
+    return spec, Verdict(
+        RUNTIME_CLASS,
+        True,
+        (),
+        f"RuntimeClass {name} (handler {handler}); its scheduling section is merged into the "
+        "pod's nodeSelector and tolerations",
+    )
+
+
+def _extended_resource_problems(container: Container) -> list[str]:
+    problems = []
+    for name in sorted({str(k) for k in container.requests} | {str(k) for k in container.limits}):
+        if not is_extended_resource(name):
+            continue
+        request, limit = container.requests.get(name), container.limits.get(name)
+        for label, value in (("request", request), ("limit", limit)):
+            if value is None:
+                continue
+            try:
+                amount = parse_quantity(value)
+            except QuantityError:
+                problems.append(
+                    f"{container.describe()}: {name} {label} {value!r} is not a quantity"
+                )
+                continue
+            if amount != amount.to_integral_value():
+                problems.append(
+                    f"{container.describe()}: {name} {label} {value} is not a whole number"
+                )
+        if limit is None:
+            problems.append(f"{container.describe()}: {name} has a request but no limit")
+        elif request is not None and quantities({"r": request}) != quantities({"r": limit}):
+            problems.append(
+                f"{container.describe()}: {name} request {request} differs from its limit {limit}"
+            )
+    return problems
+
+
+def _api_validation(pod: Resource) -> Verdict | None:
+    """Extended resources (GPUs included) must be whole numbers with request == limit, or the
+    API server rejects the pod and no scheduler ever sees it (pods read from a cluster always
+    pass; manifests may not)."""
+    templates = templates_of(pod)
+    problems = [
+        p
+        for c in (templates[0].containers() if templates else ())
+        for p in _extended_resource_problems(c)
+    ]
+    if not problems:
+        return None
+    return Verdict(
+        "PodValidation",
+        False,
+        (),
+        "; ".join(problems) + ": the API server rejects such a pod, so it is never scheduled",
+        "# extended resources such as GPUs are requested in whole units with requests equal to "
+        "limits: set only resources.limits (requests default to it), e.g. "
+        "resources: {limits: {nvidia.com/gpu: 1}}",
+    )
+
+
+def _scheduling_gates(spec: Mapping[str, Any]) -> Verdict | None:
+    gates = [str(as_mapping(g).get("name", "")) for g in as_list(spec.get("schedulingGates"))]
+    if not gates:
+        return None
+    return Verdict(
+        "SchedulingGates",
+        False,
+        (),
+        f"scheduling gates {', '.join(gates)}: the scheduler does not consider the pod until "
+        "they are removed (by Kueue on admission, for example)",
+        "# the controller that added the gates removes them; check its queue (kubectl get "
+        "workloads -A for Kueue)",
+    )
+
+
+def _pod_group(pod: Resource) -> tuple[str, str] | None:
+    for key in VOLCANO_GROUP_ANNOTATIONS:
+        if pod.annotations.get(key):
+            return VOLCANO_PODGROUP, pod.annotations[key]
+    for key in COSCHEDULING_GROUP_LABELS:
+        if pod.labels.get(key):
+            return COSCHEDULING_PODGROUP, pod.labels[key]
+    return None
+
+
+def _members(snapshot: Snapshot, pod: Resource, type_: str, group: str) -> list[Resource]:
+    if type_ == COSCHEDULING_PODGROUP:
+        found = [
+            p
+            for key in COSCHEDULING_GROUP_LABELS
+            for p in snapshot.with_label("Pod", key, group)
+            if p.ref.namespace == pod.ref.namespace
+        ]
+    else:
+        found = [
+            p
+            for p in snapshot.in_namespace("Pod", pod.ref.namespace)
+            if any(p.annotations.get(k) == group for k in VOLCANO_GROUP_ANNOTATIONS)
+        ]
+    return sorted({p.ref: p for p in found}.values(), key=lambda p: p.ref.sort_key)
+
+
+def _copies_that_fit(
+    request: Mapping[str, Decimal], nodes: Sequence[NodeExplanation], usage: ClusterUsage
+) -> int:
+    """How many more pods shaped like this one fit at once on the nodes where it fits."""
+    total = 0
+    for node in nodes:
+        if not node.fits:
+            continue
+        free = usage.nodes[node.node]
+        per_node = [int(free.free(r) // v) for r, v in request.items() if v > 0]
+        total += min(per_node) if per_node else 1
+    return total
+
+
+def _gang(
+    snapshot: Snapshot,
+    pod: Resource,
+    request: Mapping[str, Decimal],
+    nodes: Sequence[NodeExplanation],
+    usage: ClusterUsage,
+) -> Verdict | None:
+    found = _pod_group(pod)
+    if found is None:
+        return None
+    type_, group = found
+    where = f"{type_.split('.', 1)[0]} {pod.ref.namespace}/{group} ({type_.split('.', 1)[1]})"
+    if not snapshot.has(type_):
+        return Verdict("Gang", True, (), f"member of {where}; PodGroups not in the input")
+    podgroup = snapshot.get(type_, pod.ref.namespace, group)
+    if podgroup is None:
+        return Verdict(
+            "Gang",
+            False,
+            (),
+            f"{where} does not exist: the gang scheduler places none of its pods",
+            f"# create the PodGroup {group} in {pod.ref.namespace} (its job controller "
+            "normally does), or remove the pod's group label/annotation",
+        )
+    min_member = podgroup.spec.get("minMember")
+    minimum = min_member if isinstance(min_member, int) else 1
+    members = _members(snapshot, pod, type_, group)
+    waiting = [m for m in members if not is_bound(m) and pod_phase(m) == "Pending"]
+    bound = [m for m in members if is_bound(m)]
+    phase = str(podgroup.status.get("phase") or "unknown")
+    detail = (
+        f"member of {where}: minMember {minimum}, {len(members)} member pods exist "
+        f"({len(bound)} bound, {len(waiting)} pending), PodGroup phase {phase}"
+    )
+    if len(members) < minimum:
+        return Verdict(
+            "Gang",
+            False,
+            (),
+            detail,
+            f"# {minimum - len(members)} member pod(s) are missing: the gang waits until "
+            f"{minimum} exist; lower minMember of PodGroup {group} or create the missing pods",
+        )
+    room = _copies_that_fit(request, nodes, usage)
+    needed = max(minimum - len(bound), 0)
+    if room < needed:
+        return Verdict(
+            "Gang",
+            False,
+            (),
+            f"{detail}; room for {room} pod(s) shaped like this one, the gang needs {needed} more",
+            f"# the gang needs {needed} such pods placed at once and only {room} fit now: "
+            "free or add GPU capacity, or lower minMember",
+        )
+    return Verdict("Gang", True, (), f"{detail}; room for {room} such pod(s)")
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def fit_error_message(total: int, histogram: Mapping[str, int]) -> str:
+    if total == 0:
+        return "no nodes available to schedule pods"
+    reasons = sorted(f"{count} {reason}" for reason, count in histogram.items())
+    return f"0/{total} nodes are available: {', '.join(reasons)}."
+
+
+def parse_fit_error(message: str) -> tuple[int, dict[str, int], list[str]] | None:
+    """(nodes, histogram, unparsed parts) of a default-scheduler FitError message; None when
+    the message has another format (another scheduler, or a non-fit error)."""
+    match = _FIT_ERROR.match(message.strip())
+    if not match:
+        return None
+    body = match.group(2).split(" preemption: ", 1)[0].strip().rstrip(".")
+    histogram: dict[str, int] = {}
+    unparsed: list[str] = []
+    # Parts are "N reason" joined by ", "; a PreFilter message ends with ". " before them.
+    for sentence in body.split(". "):
+        for part in re.split(r", (?=\d+ )", sentence.strip()):
+            item = _HISTOGRAM_ITEM.match(part.strip())
+            if item:
+                reason = item.group(2).rstrip(".")
+                histogram[reason] = histogram.get(reason, 0) + int(item.group(1))
+            elif part.strip():
+                unparsed.append(part.strip())
+    return int(match.group(1)), histogram, unparsed
+
+
+def _compare(
+    source: str, message: str, count: int, total: int, histogram: Mapping[str, int]
+) -> SchedulerMessage:
+    parsed = parse_fit_error(message)
+    if parsed is None:
+        return SchedulerMessage(source, message, count, None, ())
+    nodes, theirs, unparsed = parsed
+    differences = []
+    if nodes != total:
+        differences.append(f"the scheduler counted {nodes} nodes, the input has {total}")
+    differences.extend(
+        f"{reason}: scheduler {theirs.get(reason, 0)}, gpu-audit {histogram.get(reason, 0)}"
+        for reason in sorted(set(theirs) | set(histogram))
+        if theirs.get(reason, 0) != histogram.get(reason, 0)
+    )
+    differences.extend(f"not evaluated by gpu-audit: {part}" for part in unparsed)
+    return SchedulerMessage(source, message, count, not differences, tuple(differences))
+
+
+def _event_time(event: Resource) -> str:
+    raw = event.raw
+    series = as_mapping(raw.get("series"))
+    return str(
+        series.get("lastObservedTime")
+        or raw.get("lastTimestamp")
+        or raw.get("eventTime")
+        or event.metadata.get("creationTimestamp")
+        or ""
+    )
+
+
+def _failed_scheduling_events(snapshot: Snapshot, pod: Resource) -> list[Resource]:
+    """core/v1 Events (involvedObject, message) and events.k8s.io/v1 (regarding, note)."""
+    out = []
+    for event in snapshot.in_namespace("Event", pod.ref.namespace):
+        about = as_mapping(event.raw.get("involvedObject") or event.raw.get("regarding"))
+        if (
+            about.get("kind") == "Pod"
+            and about.get("name") == pod.ref.name
+            and event.raw.get("reason") == "FailedScheduling"
+        ):
+            out.append(event)
+    return sorted(out, key=lambda e: (_event_time(e), e.ref.name))
+
+
+def scheduler_messages(
+    snapshot: Snapshot, pod: Resource, total: int, histogram: Mapping[str, int]
+) -> tuple[SchedulerMessage, ...]:
+    out = []
+    for cond in map(as_mapping, as_list(pod.status.get("conditions"))):
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            message = str(cond.get("message") or "")
+            if message:
+                out.append(_compare("condition PodScheduled", message, 1, total, histogram))
+    for event in _failed_scheduling_events(snapshot, pod):
+        raw = event.raw
+        message = str(raw.get("message") or raw.get("note") or "")
+        series = as_mapping(raw.get("series"))
+        count = raw.get("count") or series.get("count") or 1
+        out.append(
+            _compare(
+                f"event {event.ref.name}",
+                message,
+                count if isinstance(count, int) else 1,
+                total,
+                histogram,
+            )
+        )
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- explanation
+
+
+def _best_candidates(nodes: Sequence[NodeExplanation], wants_gpu: bool) -> list[NodeExplanation]:
+    """The nodes closest to fitting (fewest failing predicates), GPU nodes first for a GPU pod:
+    their failing predicates are the changes worth making."""
+    pool = (
+        [n for n in nodes if n.gpu_node]
+        if wants_gpu and any(n.gpu_node for n in nodes)
+        else list(nodes)
+    )
+    if not pool:
+        return []
+    fewest = min(len(n.failed) for n in pool)
+    return [n for n in pool if len(n.failed) == fewest][:3]
+
+
+def _fixes(
+    pod_checks: Sequence[Verdict], nodes: Sequence[NodeExplanation], wants_gpu: bool
+) -> tuple[str, ...]:
+    fixes = [v.fix for v in pod_checks if not v.passed and v.fix]
+    if not any(n.fits for n in nodes):
+        for node in _best_candidates(nodes, wants_gpu):
+            fixes.extend(v.fix for v in node.failed if v.fix)
+    return tuple(dict.fromkeys(fixes))
+
+
+def _summary(
+    total: int,
+    histogram: Mapping[str, int],
+    nodes: Sequence[NodeExplanation],
+    pod_checks: Sequence[Verdict],
+    subject: str,
+) -> str:
+    """The scheduler's FitError when no node fits; otherwise which nodes fit and what still
+    keeps the pod waiting."""
+    fitting = [n.node for n in nodes if n.fits]
+    if not fitting:
+        return fit_error_message(total, histogram)
+    blockers = [v.detail for v in pod_checks if not v.passed]
+    shown = ", ".join(fitting[:5]) + (", ..." if len(fitting) > 5 else "")
+    head = f"{len(fitting)}/{total} nodes fit {subject} now ({shown})"
+    if blockers:
+        return f"{head}, but: {'; '.join(blockers)}"
+    if subject != "the pod":
+        return f"{head}: the scheduler would place it"
+    return (
+        f"{head}: the scheduler would place it on its next attempt; if it stays Pending, check "
+        "that its scheduler is running"
+    )
+
+
+def explain_pending(
+    snapshot: Snapshot,
+    pod: Resource,
+    ctx: SchedulingContext | None = None,
+    template: TemplateOrigin | None = None,
+) -> PendingExplanation:
+    """`pod` is a Pod of the snapshot, or (with `template`) one made from a workload's pod
+    template by template_pods, which is not in the snapshot's accounting."""
+    ctx = ctx or scheduling_context(snapshot, cluster_usage(snapshot))
+    spec, runtime_class = _admitted_spec(snapshot, pod)
+    request = dict(pod_request(pod) if template else ctx.usage.request_of(pod))
+    if runtime_class is not None and not pod.spec.get("overhead") and spec.get("overhead"):
+        add_quantities(request, quantities(spec.get("overhead")))
+    spread = spread_constraints(ctx, pod, spec)
+    rules = inter_pod_rules(ctx, pod, spec)
+    nodes = tuple(
+        NodeExplanation(
+            usage.node.ref.name,
+            is_gpu_node(usage.node),
+            node_verdicts(ctx, spec, request, usage, spread, rules),
+        )
+        for usage in ctx.usage.nodes.values()
+    )
+    total = len(nodes)
+    histogram = reasons_histogram(n.verdicts for n in nodes)
+    pod_checks = [
+        v for v in (_api_validation(pod), runtime_class, _scheduling_gates(spec)) if v is not None
+    ]
+    gang = _gang(snapshot, pod, request, nodes, ctx.usage)
+    if gang is not None:
+        pod_checks.append(gang)
+    scheduler = str(spec.get("schedulerName") or DEFAULT_SCHEDULER)
+    if scheduler != DEFAULT_SCHEDULER:
+        pod_checks.append(
+            Verdict(
+                "SchedulerName",
+                True,
+                (),
+                f"placed by scheduler {scheduler}: the predicates below are the default "
+                "scheduler's, which such schedulers also apply",
+            )
+        )
+    if node_name_of(pod):
+        pod_checks.append(
+            Verdict(
+                "NodeName",
+                True,
+                (),
+                f"spec.nodeName is {node_name_of(pod)}: the pod is bound; the kubelet decides",
+            )
+        )
+    wants_gpu = bool(gpu_part(request))
+    subject = "a new pod from this template" if template else "the pod"
+    if template is not None:
+        pod_checks.append(
+            Verdict(
+                "PodTemplate",
+                True,
+                (),
+                f"no such pod exists: evaluated as a new pod from {template.owner} "
+                f"({template.path}); admission plugins other than RuntimeClass (e.g. "
+                "ExtendedResourceToleration, which adds a toleration per extended resource "
+                "requested where it is enabled) are not applied",
+            )
+        )
+    return PendingExplanation(
+        pod=pod.ref,
+        template=template,
+        phase=pod_phase(pod),
+        scheduler=scheduler,
+        request=tuple(sorted(request.items())),
+        pod_checks=tuple(pod_checks),
+        nodes=nodes,
+        histogram=tuple(sorted(histogram.items())),
+        summary=_summary(total, histogram, nodes, pod_checks, subject),
+        fixes=_fixes(pod_checks, nodes, wants_gpu),
+        messages=scheduler_messages(snapshot, pod, total, histogram),
+    )
+
+
+def pending_gpu_pods(snapshot: Snapshot, usage: ClusterUsage) -> list[Resource]:
+    """Pods waiting for a node that request a GPU resource."""
+    return [
+        p
+        for p in snapshot.of("Pod")
+        if pod_phase(p) == "Pending" and not node_name_of(p) and gpu_part(usage.request_of(p))
+    ]
+
+
+def explain_all_pending(snapshot: Snapshot) -> list[PendingExplanation]:
+    usage = cluster_usage(snapshot)
+    ctx = scheduling_context(snapshot, usage)
+    return [explain_pending(snapshot, p, ctx) for p in pending_gpu_pods(snapshot, usage)]
+
+
+def _template_pod(template: PodTemplate) -> Resource:
+    owner = template.owner
+    suffix = f"-{template.replica_type.lower()}" if template.replica_type else ""
+    name = f"{owner.ref.name}{suffix}"
+    metadata = {**template.metadata, "name": name, "namespace": owner.ref.namespace}
+    raw = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": dict(template.spec),
+        "status": {"phase": "Pending"},
+    }
+    return Resource(ObjRef("Pod", owner.ref.namespace, name), "v1", raw, owner.source)
+
+
+def _workload(snapshot: Snapshot, namespace: str, kind: str, name: str) -> Resource | None:
+    wanted = kind.lower()
+    for type_ in WORKLOAD_TYPES:
+        if wanted in (type_.lower(), type_.split(".", 1)[0].lower()):
+            found = snapshot.get(type_, namespace, name)
+            if found is not None:
+                return found
+    return None
+
+
+def resolve_target(snapshot: Snapshot, target: str) -> list[tuple[Resource, TemplateOrigin | None]]:
+    """NAMESPACE/POD names a Pod; NAMESPACE/KIND/NAME a workload (Job, Deployment,
+    PyTorchJob...) whose pod templates are explained as new pods, one per replica type."""
+    parts = target.split("/")
+    if len(parts) == 2 and all(parts):
+        namespace, name = parts
+        pod = snapshot.get("Pod", namespace, name)
+        if pod is None:
+            hint = "" if snapshot.has("Pod") else " (the input has no Pods at all)"
+            raise InputError(
+                [
+                    f"pod {namespace}/{name} is not in the input{hint}; to explain a workload "
+                    "that has no pods yet, name it as NAMESPACE/KIND/NAME (e.g. "
+                    f"{namespace}/Job/{name})"
+                ]
+            )
+        return [(pod, None)]
+    if len(parts) == 3 and all(parts):
+        namespace, kind, name = parts
+        owner = _workload(snapshot, namespace, kind, name)
+        if owner is None:
+            raise InputError([f"{kind} {namespace}/{name} is not in the input"])
+        templates = templates_of(owner)
+        if not templates:
+            raise InputError([f"{owner.ref} has no pod template"])
+        return [(_template_pod(t), TemplateOrigin(owner.ref, t.path)) for t in templates]
+    raise InputError([f"{target!r}: expected NAMESPACE/POD or NAMESPACE/KIND/NAME"])

@@ -1,0 +1,236 @@
+"""Property tests: hostile text and wrong-typed objects through the loader and the full scan.
+
+The seeds are the repository's own fixtures (every check has pass and fail cases there, so every
+check meets objects it applies to). The properties: the loader either reads the input or raises
+InputError naming it, and then every check runs without raising, and the report renders.
+
+In the test suite each property runs `GPU_AUDIT_FUZZ_EXAMPLES` (default 150) derandomized
+examples; `make fuzz` (tests/fuzz/run_fuzz.py) runs them with many more.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import io
+import json
+import os
+from collections import Counter
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpu_audit.engine import run_checks
+from gpu_audit.errors import InputError
+from gpu_audit.exemptions import apply_exemptions
+from gpu_audit.model import Check, CheckStatus
+from gpu_audit.registry import load_checks
+from gpu_audit.report import build_report
+from gpu_audit.reports import RENDERERS
+from gpu_audit.snapshot import Snapshot
+from gpu_audit.sources.files import STDIN, load_files
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+TODAY = dt.date(2026, 1, 1)  # exemption expiry is judged on a fixed day: runs are reproducible
+MAX_JUNK_DEPTH = 60  # below the loader's nesting limit, so that the checks get to see it
+# Renderers read only the report document, whose types the JSON Schema fixes; the HTML page
+# costs 60 ms, twenty times a scan, so every renderer but JSON runs on one case in this many.
+RENDER_ALL_EVERY = 25
+
+FUZZ = settings(
+    max_examples=int(os.environ.get("GPU_AUDIT_FUZZ_EXAMPLES", "150")),
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+# Cases run per property (run_fuzz.py prints them).
+CASES: Counter[str] = Counter()
+
+# Text spliced into YAML and JSON: the syntax that changes what a document means.
+SNIPPETS = (
+    "&a ", "*a", "<<: *a\n", "!!binary ", "!!set ", "!!timestamp ", "!!python/object:os.system ",
+    "!!str ", "!!int ", "!!float ", "? ", ": ", "- ", "{", "}", "[", "]", ",", "\t", "\n",
+    "---\n", "...\n", "%YAML 1.1\n", "%TAG ! tag:x,2000:\n", '"', "'", "\\", "\x00", "\ufeff",
+    "#", "|\n", ">-\n", "2024-01-01", "2024-01-01T00:00:00Z", ".nan", ".inf", "-.inf", "~",
+    "null", "0x1F", "0o17", "1e999", "NaN", "Infinity", "-0", "1_000", "yes", "on", "0.5",
+    "1Gi", "nvidia.com/gpu: ", "kind: List\nitems: ", "kind: Snapshot\n",
+    "apiVersion: gpu-audit.io/v1\n", "metadata:\n", "  name: x\n", "\u202e", "\U0001f600",
+)  # fmt: skip
+BAD_BYTES = (b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf", b"\x80")
+
+# Values of the wrong type for whatever field they replace.
+WRONG_VALUES: tuple[Any, ...] = (
+    None, True, False, 0, 1, -1, 2**63, -(2**63), 0.5, -1.5, 1e300, "", "0", "1", "-1", "0.5",
+    "abc", "1Gi", "100m", "true", "null", "Exists", "NoSchedule", "nvidia.com/gpu", "*", "=",
+    " ", "\x00", "x" * 100_000, [], [None], [1], ["x"], [{}], [[]], {}, {"": None}, {"a": 1},
+    {"name": None}, {"0": [None]},
+)  # fmt: skip
+# Fields the loader needs to accept an object at all: mutating them only tests the loader.
+IDENTITY = {("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace")}
+IDENTITY |= {("metadata", "generateName")}
+
+
+# --------------------------------------------------------------------------- the full scan
+
+
+@cache
+def checks() -> dict[str, Check]:
+    return load_checks(plugins=False)
+
+
+@cache
+def fixture_files() -> tuple[Path, ...]:
+    return tuple(sorted(p for p in FIXTURES.rglob("*") if p.suffix in (".yaml", ".yml")))
+
+
+@cache
+def fixture_groups() -> tuple[tuple[dict[str, Any], ...], ...]:
+    """The objects of each fixture file, as plain JSON data."""
+    return tuple(
+        tuple(json.loads(json.dumps(dict(r.raw))) for r in load_files([str(path)]).all())
+        for path in fixture_files()
+    )
+
+
+def load_or_reject(data: bytes) -> Snapshot | None:
+    """The snapshot of `data` given on stdin, or None when the loader rejected it as it must:
+    an InputError whose every problem names the input."""
+    try:
+        return load_files([STDIN], io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+    except InputError as exc:
+        assert exc.problems, "an InputError without problems"
+        unnamed = [p for p in exc.problems if not p.startswith(("<stdin>", "... and "))]
+        assert not unnamed, unnamed
+        return None
+
+
+def full_scan(snapshot: Snapshot, case: int) -> None:
+    """Every check, exemptions, the report and its renderers; fails on a check that raised."""
+    runs = run_checks(checks().values(), snapshot)
+    errors = [f"{r.check.id}: {r.error_detail}" for r in runs if r.status is CheckStatus.ERROR]
+    assert not errors, "\n".join(errors)
+    runs, exemptions = apply_exemptions(runs, snapshot, checks().keys(), None, TODAY)
+    document = build_report(snapshot, runs, exemptions=exemptions)
+    for name, renderer in RENDERERS.items():
+        if name == "json" or case % RENDER_ALL_EVERY == 1:
+            renderer.render(document, False)
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+wrong_values = st.one_of(
+    st.sampled_from(WRONG_VALUES),
+    st.text(max_size=30),
+    st.integers(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(1, MAX_JUNK_DEPTH).map(_nested),
+    st.lists(st.sampled_from(WRONG_VALUES[:26]), max_size=4),
+    st.dictionaries(st.text(max_size=8), st.sampled_from(WRONG_VALUES[:26]), max_size=4),
+)
+
+
+def _mutate(draw: st.DrawFn, obj: dict[str, Any]) -> None:
+    """Walk down from `obj` to one field and replace it, delete it or wrap it in a list."""
+    node: Any = obj
+    path: tuple[Any, ...] = ()
+    while True:
+        keys = list(range(len(node))) if isinstance(node, list) else sorted(node)
+        keys = [k for k in keys if (*path, k) not in IDENTITY]
+        if not keys:
+            return
+        key = draw(st.sampled_from(keys))
+        child = node[key]
+        descend = isinstance(child, dict | list) and child
+        if descend and ((*path, key) == ("metadata",) or draw(st.integers(0, 3)) > 0):
+            node, path = child, (*path, key)
+            continue
+        action = draw(st.sampled_from(("replace", "replace", "delete", "wrap")))
+        if action == "delete" and (*path, key) != ("metadata",):
+            del node[key]
+        elif action == "wrap":
+            node[key] = [child]
+        else:  # a copy: WRONG_VALUES must not change under a later mutation
+            node[key] = copy.deepcopy(draw(wrong_values))
+        return
+
+
+@st.composite
+def wrong_typed_objects(draw: st.DrawFn) -> list[dict[str, Any]]:
+    objects = copy.deepcopy(list(draw(st.sampled_from(fixture_groups()))))
+    for _ in range(draw(st.integers(1, 6))):
+        _mutate(draw, draw(st.sampled_from(objects)))
+    return objects
+
+
+@cache
+def _seed_text(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+@st.composite
+def hostile_text(draw: st.DrawFn) -> bytes:
+    """A fixture file (as YAML or as a JSON List) cut, spliced and corrupted."""
+    path = draw(st.sampled_from(fixture_files()))
+    data = _seed_text(path)
+    if draw(st.booleans()):
+        items = [dict(r.raw) for r in load_files([str(path)]).all()]
+        data = json.dumps({"apiVersion": "v1", "kind": "List", "items": items}).encode()
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(data)))
+        op = draw(st.sampled_from(("cut", "splice", "splice", "drop", "repeat", "bytes")))
+        if op == "cut":
+            data = data[:at]
+        elif op == "splice":
+            snippet = draw(st.sampled_from(SNIPPETS) | st.text(max_size=12))
+            data = data[:at] + snippet.encode("utf-8", "surrogatepass") + data[at:]
+        elif op == "drop":
+            data = data[:at] + data[at + draw(st.integers(1, 40)) :]
+        elif op == "repeat":  # a repeated line: duplicate keys, or a second document
+            start = data.rfind(b"\n", 0, at) + 1
+            end = data.find(b"\n", at)
+            line = data[start : end if end >= 0 else len(data)]
+            data = data[:start] + line + b"\n" + data[start:]
+        else:
+            data = data[:at] + draw(st.sampled_from(BAD_BYTES)) + data[at:]
+    return data
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@FUZZ
+@given(hostile_text())
+def test_hostile_text_is_read_or_rejected_and_then_scanned(data: bytes) -> None:
+    CASES["hostile text"] += 1
+    snapshot = load_or_reject(data)
+    if snapshot is not None:
+        full_scan(snapshot, CASES["hostile text"])
+
+
+@FUZZ
+@given(wrong_typed_objects(), st.sampled_from(("json", "yaml")))
+def test_every_check_survives_wrong_typed_fields(objects: list[dict[str, Any]], fmt: str) -> None:
+    CASES["wrong-typed objects"] += 1
+    document = {"apiVersion": "v1", "kind": "List", "items": objects}
+    data = (
+        json.dumps(document).encode()
+        if fmt == "json"
+        else yaml.safe_dump(document, allow_unicode=True).encode()
+    )
+    snapshot = load_or_reject(data)
+    assert snapshot is not None, "the loader rejected objects whose identity fields are intact"
+    full_scan(snapshot, CASES["wrong-typed objects"])

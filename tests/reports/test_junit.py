@@ -1,0 +1,186 @@
+"""JUnit XML output: well-formed, a testsuite per category, counts that add up."""
+
+from __future__ import annotations
+
+import copy
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from gpu_audit.cli import main
+from gpu_audit.reports.junit import render_junit
+
+EXEMPTED_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: half-gpu
+  namespace: ml
+  annotations:
+    gpu-audit.io/exempt: GPU-WL-001
+    gpu-audit.io/exempt-reason: MIG migration tracked in OPS-12
+spec:
+  containers:
+  - name: main
+    image: nvcr.io/nvidia/pytorch:24.05-py3
+    resources:
+      limits: {nvidia.com/gpu: "0.5"}
+"""
+COUNTS = ("tests", "failures", "errors", "skipped")
+
+
+def scan(runner: CliRunner, source: Path, out: Path) -> tuple[dict[str, Any], ET.Element]:
+    args = ["scan", "--from-file", str(source), "-o", "json", "-o", "junit"]
+    result = runner.invoke(main, [*args, "--output-dir", str(out)])
+    assert result.exit_code == 0, result.output
+    document = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    return document, ET.parse(out / "report.junit.xml").getroot()
+
+
+@pytest.fixture
+def sample(
+    runner: CliRunner, sample_cluster: Path, tmp_path: Path
+) -> tuple[dict[str, Any], ET.Element]:
+    return scan(runner, sample_cluster, tmp_path)
+
+
+def counts(element: ET.Element) -> dict[str, int]:
+    return {name: int(element.attrib[name]) for name in COUNTS}
+
+
+def tally(cases: list[ET.Element]) -> dict[str, int]:
+    return {
+        "tests": len(cases),
+        "failures": sum(1 for c in cases if c.find("failure") is not None),
+        "errors": sum(1 for c in cases if c.find("error") is not None),
+        "skipped": sum(1 for c in cases if c.find("skipped") is not None),
+    }
+
+
+def assert_counts_add_up(root: ET.Element) -> None:
+    assert root.tag == "testsuites"
+    for suite in root.findall("testsuite"):
+        assert counts(suite) == tally(suite.findall("testcase"))
+    assert counts(root) == tally(root.findall("testsuite/testcase"))
+
+
+def test_suites_cases_and_counts(sample: tuple[dict[str, Any], ET.Element]) -> None:
+    document, root = sample
+    assert_counts_add_up(root)
+    categories = list(dict.fromkeys(c["category"] for c in document["checks"]))
+    assert [s.get("name") for s in root.findall("testsuite")] == [
+        f"gpu-audit.{c}" for c in categories
+    ]
+    totals = counts(root)
+    assert totals["failures"] == document["summary"]["findings"] > 0
+    assert totals["errors"] == document["summary"]["checks"]["error"] == 0
+    assert totals["skipped"] == document["summary"]["checks"]["not_evaluated"]
+    passed = document["summary"]["checks"]["passed"]
+    assert totals["tests"] == totals["failures"] + totals["skipped"] + passed
+
+
+def test_failures_name_the_object_and_carry_the_remediation(
+    sample: tuple[dict[str, Any], ET.Element],
+) -> None:
+    document, root = sample
+    actual = []
+    for case in root.iter("testcase"):
+        failure = case.find("failure")
+        if failure is not None:
+            text = failure.text or ""
+            message, _, remediation = text.partition("\n\nRemediation:\n")
+            assert message == failure.get("message")
+            actual.append(
+                (case.get("classname"), case.get("name"), message, failure.get("type"), remediation)
+            )
+    expected = []
+    for finding in document["findings"]:
+        res = finding["resource"]
+        where = f"{res['namespace']}/{res['name']}" if res["namespace"] else res["name"]
+        name = f"{res['kind']} {where}" + (f" at {finding['path']}" if finding["path"] else "")
+        expected.append(
+            (
+                finding["check_id"],
+                name,
+                finding["message"],
+                finding["severity"],
+                finding["remediation"] + "\n",
+            )
+        )
+    assert sorted(actual) == sorted(expected)
+
+
+def test_checks_not_evaluated_are_skipped_with_their_reason(
+    sample: tuple[dict[str, Any], ET.Element],
+) -> None:
+    document, root = sample
+    skipped = {
+        c.get("classname"): c.find("skipped")
+        for c in root.iter("testcase")
+        if c.find("skipped") is not None
+    }
+    blocked = {c["id"]: c["reason"] for c in document["checks"] if c["status"] == "not_evaluated"}
+    assert {cid: s.get("message") for cid, s in skipped.items() if s is not None} == blocked
+
+
+def test_exempted_findings_are_skipped(runner: CliRunner, tmp_path: Path) -> None:
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(EXEMPTED_POD, encoding="utf-8")
+    document, root = scan(runner, manifest, tmp_path / "out")
+    assert_counts_add_up(root)
+    (exempted,) = document["exempted_findings"]
+    cases = [c for c in root.iter("testcase") if c.get("classname") == exempted["check_id"]]
+    skips = [c.find("skipped") for c in cases]
+    messages = [s.get("message") for s in skips if s is not None]
+    assert messages == ["exempted: MIG migration tracked in OPS-12"]
+    assert all(c.find("failure") is None for c in cases)
+
+
+def test_a_check_that_raised_is_an_error(sample: tuple[dict[str, Any], ET.Element]) -> None:
+    document = copy.deepcopy(sample[0])
+    check = next(c for c in document["checks"] if c["status"] == "passed")
+    check["status"], check["reason"] = "error", "raised KeyError: 'spec'"
+    root = ET.fromstring(render_junit(document))
+    assert_counts_add_up(root)
+    (case,) = [c for c in root.iter("testcase") if c.get("classname") == check["id"]]
+    error = case.find("error")
+    assert error is not None and error.get("message") == "raised KeyError: 'spec'"
+    assert counts(root)["errors"] == 1
+
+
+def test_text_xml_cannot_hold_is_escaped_not_dropped(
+    sample: tuple[dict[str, Any], ET.Element],
+) -> None:
+    document = copy.deepcopy(sample[0])
+    document["findings"][0]["message"] = 'limit "\x01" <b>&amp;</b>'
+    root = ET.fromstring(render_junit(document))  # parses: the output is well-formed
+    failure = next(
+        c.find("failure") for c in root.iter("testcase") if c.find("failure") is not None
+    )
+    assert failure is not None
+    assert failure.get("message") == 'limit "\\x01" <b>&amp;</b>'
+
+
+def test_hostile_names_stay_well_formed(runner: CliRunner, repo_root: Path, tmp_path: Path) -> None:
+    document, root = scan(runner, repo_root / "fixtures" / "clusters" / "hostile", tmp_path)
+    assert_counts_add_up(root)
+    names = {c.get("name") for c in root.iter("testcase")}
+    pod = next(f for f in document["findings"] if "<script>" in f["message"])
+    res = pod["resource"]
+    assert f"{res['kind']} {res['namespace']}/{res['name']} at {pod['path']}" in names
+
+
+def test_render_reproduces_the_scan_output(
+    runner: CliRunner, sample_cluster: Path, tmp_path: Path
+) -> None:
+    scan(runner, sample_cluster, tmp_path)
+    again = tmp_path / "again"
+    result = runner.invoke(
+        main, ["render", str(tmp_path / "report.json"), "-o", "junit", "--output-dir", str(again)]
+    )
+    assert result.exit_code == 0, result.output
+    assert (again / "report.junit.xml").read_bytes() == (tmp_path / "report.junit.xml").read_bytes()

@@ -171,12 +171,18 @@ def _clean(text: str) -> str:
 
 
 def _ref_and_subject(target: Target) -> tuple[ObjRef, str]:
+    # A training job has one template per replica type, often with same-named containers.
     if isinstance(target, Container):
         owner = target.template.owner
-        return owner.ref, f"{owner.ref} {target.describe()}"
+        return owner.ref, f"{_template_subject(target.template)} {target.describe()}"
     if isinstance(target, PodTemplate):
-        return target.owner.ref, str(target.owner.ref)
+        return target.owner.ref, _template_subject(target)
     return target.ref, str(target.ref)
+
+
+def _template_subject(template: PodTemplate) -> str:
+    replica = f" ({template.replica_type})" if template.replica_type else ""
+    return f"{template.owner.ref}{replica}"
 
 
 def _result(

@@ -20,7 +20,6 @@ import click
 from gpu_audit import __version__
 from gpu_audit.catalog import check_metadata, checks_markdown
 from gpu_audit.declarative import load_check_dirs
-from gpu_audit.diagnostics import SCAN_TYPES as DIAGNOSTIC_SCAN_TYPES
 from gpu_audit.diagnostics import diagnostics_section
 from gpu_audit.diff import attach_baseline, diff_reports, load_comparable, new_at_or_above
 from gpu_audit.engine import run_checks
@@ -33,7 +32,9 @@ from gpu_audit.frameworks import (
     resolve_frameworks,
     shipped_frameworks,
 )
+from gpu_audit.history import summary_line
 from gpu_audit.model import Category, Check, Severity
+from gpu_audit.rbac import scan_types
 from gpu_audit.registry import RegistryError, load_checks, select_checks
 from gpu_audit.report import Document, build_report, dumps, load_report, timestamp_from_epoch
 from gpu_audit.reports import RENDERERS
@@ -201,6 +202,36 @@ def _collect_live(types: Iterable[str], live: dict[str, Any]) -> Snapshot:
     return snapshot
 
 
+def _publish(
+    document: Document, history_dir: str | None, keep: int, pushgateway: str | None
+) -> str | None:
+    """Keep the run in the history and push its metrics; returns the run's HTML report."""
+    from gpu_audit.history import record
+    from gpu_audit.pushgateway import push
+    from gpu_audit.reports.prometheus import render_prometheus
+
+    where = None
+    try:
+        if history_dir:
+            rendered = {"json": dumps(document), "html": RENDERERS["html"].render(document, False)}
+            recorded = record(
+                history_dir, document, rendered, keep=keep, now=dt.datetime.now(dt.UTC)
+            )
+            for stem in recorded.unreadable:
+                click.echo(
+                    f"gpu-audit: warning: {history_dir}: runs/{stem}.json unreadable", err=True
+                )
+            where = str(recorded.run.with_suffix(".html"))
+        if pushgateway:
+            target = push(
+                pushgateway, document["cluster"] or "unnamed", render_prometheus(document)
+            )
+            click.echo(f"gpu-audit: pushed metrics to {target}", err=True)
+    except InputError as exc:
+        _fail(exc.problems)
+    return where
+
+
 def _required_types(checks: Iterable[Check]) -> set[str]:
     return {t for c in checks for t in c.required_types}
 
@@ -287,6 +318,32 @@ def main() -> None:
     "framework .yaml file). Repeat for several.",
 )
 @checks_dir_option
+@click.option(
+    "--cluster-name",
+    metavar="NAME",
+    help="The cluster's name in the report, history and metrics (default: the kubeconfig "
+    'context of a live scan, "in-cluster" in a pod).',
+)
+@click.option(
+    "--history-dir",
+    metavar="DIR",
+    help="Also keep this run in DIR: runs/<UTC time>-<cluster>.json and .html, latest.json, "
+    "latest.html and index.html (runs with the score trend). Without -o/--output-*, nothing "
+    "else is written.",
+)
+@click.option(
+    "--history-keep",
+    type=click.IntRange(min=1),
+    default=30,
+    show_default=True,
+    help="With --history-dir: how many runs to keep (the oldest go first).",
+)
+@click.option(
+    "--pushgateway",
+    metavar="URL",
+    help="Also PUT the Prometheus metrics to this Pushgateway, grouped by job gpu-audit and "
+    "the cluster name.",
+)
 @live_options
 def scan(
     from_files: tuple[str, ...],
@@ -305,6 +362,10 @@ def scan(
     fail_on_new: str | None,
     frameworks: tuple[str, ...],
     checks_dirs: tuple[str, ...],
+    cluster_name: str | None,
+    history_dir: str | None,
+    history_keep: int,
+    pushgateway: str | None,
     **live: Any,
 ) -> None:
     """Scan a cluster (or manifests) and report GPU misconfigurations.
@@ -335,8 +396,7 @@ def scan(
         if from_files:
             snapshot = load_files(from_files, sys.stdin)
         else:
-            wanted = _required_types(enabled.values()) | set(DIAGNOSTIC_SCAN_TYPES)
-            snapshot = _collect_live(wanted, live)
+            snapshot = _collect_live(scan_types(enabled.values()), live)
     except InputError as exc:
         _fail(exc.problems)
     day = evaluation_date(today.date() if today else None, generated_at)
@@ -355,12 +415,20 @@ def scan(
     if old is not None and baseline:
         document = attach_baseline(document, old, baseline)
     document["compliance"] = compliance_section(chosen, document["checks"])
-    _emit(document, formats or ("table",), output_file, output_dir)
+    document["cluster"] = cluster_name or snapshot.source.details.get("context") or None
+    on_stdout = not (output_file or output_dir) and (
+        bool(formats) or not (history_dir or pushgateway)
+    )
+    if formats or output_file or output_dir or on_stdout:
+        _emit(document, formats or ("table",), output_file, output_dir)
+    where = _publish(document, history_dir, history_keep, pushgateway)
     for run in runs:
         if run.error_detail:
             click.echo(f"gpu-audit: {run.check.id} {run.reason}", err=True)
     for warning in document["exemptions"]["warnings"]:
         click.echo(f"gpu-audit: warning: {warning}", err=True)
+    if not on_stdout:  # a job's log gets one line; a terminal already shows the report
+        click.echo(summary_line(document, where or output_file or output_dir), err=True)
     if not document["complete"]:
         sys.exit(EXIT_INCOMPLETE)
     if fail_on != "none":
@@ -564,6 +632,43 @@ def frameworks_docs() -> None:
     registry = _registry(plugins=False)
     titles = {check_id: c.title for check_id, c in registry.items()}
     click.echo(frameworks_markdown(_shipped_frameworks(registry).values(), titles), nl=False)
+
+
+@main.command()
+@click.option("--only", multiple=True, metavar="CHECK", help="Only these check ids.")
+@click.option("--skip", multiple=True, metavar="CHECK", help="Not these check ids.")
+@click.option("--category", "categories", multiple=True, metavar="CAT")
+@click.option("--name", default="gpu-audit-reader", show_default=True, help="The role's name.")
+@click.option(
+    "--chart-index",
+    is_flag=True,
+    help="Print instead what each built-in check lists, the data the Helm chart computes its "
+    "ClusterRole from (deploy/helm/gpu-audit/files/read-access.yaml).",
+)
+def rbac(
+    only: tuple[str, ...],
+    skip: tuple[str, ...],
+    categories: tuple[str, ...],
+    name: str,
+    chart_index: bool,
+) -> None:
+    """Print the read-only ClusterRole a scan with these checks needs: get/list/watch on
+    exactly what they read (never Secrets), one rule per API group."""
+    from gpu_audit import rbac as access
+
+    registry = _registry(plugins=not chart_index)
+    if chart_index:
+        click.echo(
+            access.dump_yaml(access.chart_index(registry), access.CHART_INDEX_HEADER), nl=False
+        )
+        return
+    try:
+        cats = [Category.parse(c) for c in _split(categories)]
+        enabled = select_checks(registry, only=_split(only), skip=_split(skip), categories=cats)
+    except (ValueError, RegistryError) as exc:
+        _fail([str(exc)])
+    role = access.cluster_role(name, access.scan_types(enabled.values()))
+    click.echo(access.dump_yaml(role), nl=False)
 
 
 def _diagnostic_snapshot(from_files: Sequence[str], live: dict[str, Any]) -> Snapshot:

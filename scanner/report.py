@@ -237,6 +237,7 @@ def build_report(
         "baseline": None,  # set by gpu_audit.diff.attach_baseline
         "compliance": [],  # set by the CLI from gpu_audit.frameworks.compliance_section
         "diagnostics": dict(diagnostics) if diagnostics is not None else None,
+        "cluster": None,  # set by the CLI: --cluster-name, else the kubeconfig context
     }
 
 

@@ -65,7 +65,7 @@ def test_why_pending_on_a_pod_with_events(runner: CliRunner) -> None:
 def test_unknown_pod_is_a_usage_error(runner: CliRunner, sample_cluster: Path) -> None:
     result = runner.invoke(main, ["why-pending", "ml/nope", "--from-file", str(sample_cluster)])
     assert result.exit_code == 2
-    assert "pod ml/nope is not in the input (the input has no Pods at all)" in result.stderr
+    assert "pod ml/nope is not in the input" in result.stderr
     result = runner.invoke(main, ["why-pending", "a/b/c/d", "--from-file", str(sample_cluster)])
     assert (
         result.exit_code == 2 and "expected NAMESPACE/POD or NAMESPACE/KIND/NAME" in result.stderr

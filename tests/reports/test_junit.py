@@ -158,11 +158,8 @@ def test_text_xml_cannot_hold_is_escaped_not_dropped(
     document = copy.deepcopy(sample[0])
     document["findings"][0]["message"] = 'limit "\x01" <b>&amp;</b>'
     root = ET.fromstring(render_junit(document))  # parses: the output is well-formed
-    failure = next(
-        c.find("failure") for c in root.iter("testcase") if c.find("failure") is not None
-    )
-    assert failure is not None
-    assert failure.get("message") == 'limit "\\x01" <b>&amp;</b>'
+    messages = [f.get("message") for f in root.iter("failure")]
+    assert 'limit "\\x01" <b>&amp;</b>' in messages
 
 
 def test_hostile_names_stay_well_formed(runner: CliRunner, repo_root: Path, tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ screenshot: install
 docs: install
 	$(BIN)/gpu-audit checks docs > docs/checks.md
 	$(BIN)/gpu-audit frameworks docs > docs/frameworks.md
+	$(BIN)/gpu-audit rbac --chart-index > deploy/helm/gpu-audit/files/read-access.yaml
 
 clean:
 	rm -rf $(VENV) .typecheck .mypy_cache .pytest_cache .ruff_cache build *.egg-info report.json report.html

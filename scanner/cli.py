@@ -373,8 +373,9 @@ def scan(
     Without --from-file, reads the cluster of the current kubeconfig context (or the pod's
     service account in a pod), read-only, listing only what the enabled checks need.
 
-    The report holds no wall-clock time unless SOURCE_DATE_EPOCH is set, so the same input
-    gives byte-identical JSON.
+    The report holds no wall-clock time unless SOURCE_DATE_EPOCH is set (or the run goes to
+    --history-dir or --pushgateway, which stamp it with the clock), so the same input gives
+    byte-identical JSON.
     """
     try:
         cats = [Category.parse(c) for c in _split(categories)]
@@ -388,7 +389,11 @@ def scan(
     if fail_on_new and not baseline:
         _fail(["--fail-on-new needs --baseline"])
     try:
-        generated_at = timestamp_from_epoch(os.environ.get("SOURCE_DATE_EPOCH"))
+        epoch = os.environ.get("SOURCE_DATE_EPOCH")
+        if epoch is None and (history_dir or pushgateway):
+            # A scheduled run is a point in a history and in a time series: stamp it.
+            epoch = str(int(time.time()))
+        generated_at = timestamp_from_epoch(epoch)
         rules = load_exemptions(exemptions_file, registry) if exemptions_file else None
         old = load_comparable(baseline) if baseline else None
         chosen = resolve_frameworks(_split(frameworks), registry)

@@ -507,6 +507,11 @@ def pod_templates(
     A Pod owned by a ReplicaSet owned by a Deployment in the snapshot is reported once, as the
     Deployment; the same Pod in a dump without its controllers is reported as itself.
     """
+    key = ("pod_templates", tuple(types))
+    return iter(snapshot.derived(key, lambda s: tuple(_pod_templates(s, types))))
+
+
+def _pod_templates(snapshot: Snapshot, types: Sequence[str]) -> Iterator[PodTemplate]:
     for resource in snapshot.of(*types):
         if controller_owner(snapshot, resource) is not None:
             continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from gpu_audit.snapshot import Snapshot
@@ -252,6 +252,11 @@ class Resource:
     api_version: str
     raw: Mapping[str, Any]
     source: SourceLocation
+    # Built on first use: checks read labels of every object many times over.
+    _labels: Mapping[str, str] | None = field(default=None, init=False, repr=False, compare=False)
+    _annotations: Mapping[str, str] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def metadata(self) -> Mapping[str, Any]:
@@ -260,11 +265,16 @@ class Resource:
 
     @property
     def labels(self) -> Mapping[str, str]:
-        return _str_mapping(self.metadata.get("labels"))
+        if self._labels is None:
+            object.__setattr__(self, "_labels", _str_mapping(self.metadata.get("labels")))
+        return cast(Mapping[str, str], self._labels)
 
     @property
     def annotations(self) -> Mapping[str, str]:
-        return _str_mapping(self.metadata.get("annotations"))
+        if self._annotations is None:
+            value = _str_mapping(self.metadata.get("annotations"))
+            object.__setattr__(self, "_annotations", value)
+        return cast(Mapping[str, str], self._annotations)
 
     @property
     def spec(self) -> Mapping[str, Any]:

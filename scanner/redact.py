@@ -94,9 +94,13 @@ def sanitize(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+_CONTAINERS = (dict, list)
+
+
 def _redact_env(value: Any) -> None:
     """Every `env: [{name, value}]` list anywhere in the object: pod specs sit at different
     paths in Pods, workloads and custom resources (Volcano tasks, KServe predictors...)."""
+    # Only containers are visited: a call per scalar would be most of the loader's time.
     if isinstance(value, dict):
         for key, item in value.items():
             if key == "env" and isinstance(item, list):
@@ -108,7 +112,9 @@ def _redact_env(value: Any) -> None:
                         and credential_like(entry["name"], entry["value"])
                     ):
                         entry["value"] = REDACTED
-            _redact_env(item)
+            if isinstance(item, _CONTAINERS):
+                _redact_env(item)
     elif isinstance(value, list):
         for item in value:
-            _redact_env(item)
+            if isinstance(item, _CONTAINERS):
+                _redact_env(item)

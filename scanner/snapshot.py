@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from gpu_audit.model import ObjRef, Resource
 
 CRD_NOT_INSTALLED = "CRD not installed:"
 API_NOT_SERVED = "API not served:"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ class Snapshot:
         "_by_ref",
         "_by_type",
         "_by_type_ns",
+        "_derived",
         "available",
         "complete",
         "gaps",
@@ -87,6 +89,16 @@ class Snapshot:
         present = set(self._by_type) if available is None else set(available)
         self.available: frozenset[str] = frozenset(present - {g.type for g in self.gaps})
         self.source = source or SourceInfo(kind="files")
+        self._derived: dict[Hashable, Any] = {}
+
+    def derived(self, key: Hashable, compute: Callable[[Snapshot], T]) -> T:
+        """`compute(self)`, computed once per snapshot and key: an index built from the
+        objects (pods by node, templates by namespace) that several checks look up, so that
+        a cross-object match is a lookup instead of a loop over every object. The snapshot
+        is immutable, so the result never goes stale; it must be treated as read-only."""
+        if key not in self._derived:
+            self._derived[key] = compute(self)
+        return cast(T, self._derived[key])
 
     def __len__(self) -> int:
         return len(self._by_ref)

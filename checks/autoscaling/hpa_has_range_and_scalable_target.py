@@ -48,13 +48,7 @@ _WAIVER = "gpu-audit.io/pinned"
     """,
     remediation="""
         # $kind $namespace/$name: $problem
-        apiVersion: $api_version
-        kind: $kind
-        metadata:
-          name: $name
-          namespace: $namespace
-        spec:
-          $patch
+        $change
     """,
     references=(
         "https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/",
@@ -112,9 +106,10 @@ def _target_results(snapshot: Snapshot, owner: Resource) -> Iterator[Result]:
     if problem is None:
         return
     if problem and target.kind in _UNSCALABLE:
+        # Nothing to repoint: the autoscaler can only go.
         kind = owner.ref.kind.lower()
-        patch = f"{{}}   # nothing to repoint: kubectl -n {owner.ref.namespace} delete {kind} {owner.ref.name}"
-        yield failed(owner, problem, path=path, fix=_fix(owner, problem, patch))
+        delete = f"kubectl -n {owner.ref.namespace} delete {kind} {owner.ref.name}"
+        yield failed(owner, problem, path=path, fix={"problem": problem, "change": delete})
     elif problem:
         patch = (
             f"scaleTargetRef: {{apiVersion: apps/v1, kind: Deployment, name: {target.name}}}"
@@ -158,8 +153,9 @@ def _custom_kind_problem(snapshot: Snapshot, kind: str, group: str) -> str | Non
 
 
 def _fix(owner: Resource, problem: str, patch: str) -> dict[str, str]:
-    return {
-        "problem": problem.replace("\n", " "),
-        "api_version": owner.api_version,
-        "patch": patch,
-    }
+    """The object with the changed spec field, for `kubectl apply` (a partial object)."""
+    change = (
+        f"apiVersion: {owner.api_version}\nkind: {owner.ref.kind_name}\nmetadata:\n"
+        f"  name: {owner.ref.name}\n  namespace: {owner.ref.namespace}\nspec:\n  {patch}"
+    )
+    return {"problem": problem.replace("\n", " "), "change": change}

@@ -117,12 +117,25 @@ def templates_behind(snapshot: Snapshot, service: Resource) -> list[PodTemplate]
     selector = str_map(service.spec.get("selector"))
     if not selector:
         return []
+    # Only templates carrying the selector's first label can match: look them up by it.
+    key, value = next(iter(selector.items()))
+    index = snapshot.derived("monitoring.templates_by_label", _templates_by_label)
     return [
         t
-        for t in pod_templates(snapshot)
-        if t.owner.ref.namespace == service.ref.namespace
-        and map_selector_matches(selector, t.labels)
+        for t in index.get((service.ref.namespace, key, value), ())
+        if map_selector_matches(selector, t.labels)
     ]
+
+
+def _templates_by_label(
+    snapshot: Snapshot,
+) -> dict[tuple[str, str, str], tuple[PodTemplate, ...]]:
+    """(namespace, label key, value) -> the pod templates with that label, in snapshot order."""
+    index: dict[tuple[str, str, str], list[PodTemplate]] = {}
+    for template in pod_templates(snapshot):
+        for key, value in template.labels.items():
+            index.setdefault((template.owner.ref.namespace, key, value), []).append(template)
+    return {k: tuple(v) for k, v in index.items()}
 
 
 def container_declares_port(container: Container, port: object) -> bool:

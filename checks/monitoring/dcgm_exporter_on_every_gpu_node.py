@@ -5,6 +5,7 @@ from collections.abc import Iterator, Sequence
 
 from gpu_audit.api import (
     Category,
+    ObjRef,
     PodTemplate,
     Resource,
     Result,
@@ -123,15 +124,23 @@ def _exporter_pods(
     snapshot: Snapshot, node: Resource, placed: Sequence[PodTemplate]
 ) -> list[Resource] | None:
     """The exporter pods on the node, or None when the input has no live pod data."""
-    owners = {t.owner.ref for t in placed}
-    pods = [
-        p
-        for p in snapshot.of("Pod")
-        if p.status and (owner := controller_owner(snapshot, p)) and owner.ref in owners
-    ]
-    if not pods:
+    index = snapshot.derived("monitoring.pods_with_status_by_owner", _pods_with_status_by_owner)
+    by_node = [index[ref] for ref in dict.fromkeys(t.owner.ref for t in placed) if ref in index]
+    if not by_node:
         return None
-    return [p for p in pods if p.spec.get("nodeName") == node.ref.name]
+    pods = (p for pods_by_node in by_node for p in pods_by_node.get(node.ref.name, ()))
+    return sorted(pods, key=lambda p: p.ref.sort_key)
+
+
+def _pods_with_status_by_owner(snapshot: Snapshot) -> dict[ObjRef, dict[str, list[Resource]]]:
+    """Controller -> node name -> its Pods there that have a status (live data), so that each
+    node's exporter pods are a lookup, not a pass over every Pod."""
+    index: dict[ObjRef, dict[str, list[Resource]]] = {}
+    for pod in snapshot.of("Pod"):
+        if pod.status and (owner := controller_owner(snapshot, pod)) is not None:
+            by_node = index.setdefault(owner.ref, {})
+            by_node.setdefault(str(pod.spec.get("nodeName") or ""), []).append(pod)
+    return index
 
 
 def _ready(pod: Resource) -> bool:

@@ -47,14 +47,12 @@ from ._common import is_nvidia_stack
     """,
     remediation="""
         # $kind $namespace/$name: $problem
-        # in the pod spec at $at:
-        spec:
-          hostNetwork: false   # serve through a Service; RDMA via its device plugin or Multus
-          hostPID: false
-          hostIPC: false       # shared memory inside the pod: emptyDir {medium: Memory} at /dev/shm
-          # if hostNetwork must stay (e.g. RoCE training), keep cluster DNS working:
-          # hostNetwork: true
-          # dnsPolicy: ClusterFirstWithHostNet
+        hostNetwork: false   # serve through a Service; RDMA via its device plugin or Multus
+        hostPID: false
+        hostIPC: false       # shared memory inside the pod: emptyDir {medium: Memory} at /dev/shm
+        # if hostNetwork must stay (e.g. RoCE training), keep cluster DNS working:
+        # hostNetwork: true
+        # dnsPolicy: ClusterFirstWithHostNet
         # and drop hostPort from containers[].ports: publish through a Service instead
     """,
     references=(
@@ -62,6 +60,7 @@ from ._common import is_nvidia_stack
         "https://kubernetes.io/docs/concepts/services-networking/dns-pod-service/#pod-s-dns-policy",
         "https://docs.pytorch.org/serve/_sources/security.md.txt",
     ),
+    remediation_root="pod_spec",
 )
 def inference_pods_off_host_network(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):
@@ -120,5 +119,5 @@ def _fail(template: PodTemplate, problem: str, field: str, severity: Severity) -
         problem,
         path=path,
         severity=severity,
-        fix={"problem": problem, "at": template.path},
+        fix={"problem": problem},
     )

@@ -49,19 +49,15 @@ _SECRET_FLAG = re.compile(r"^--(api-key|hf-token|token|password|api-token)(=|$)"
         Only names are reported, never values.
     """,
     remediation="""
-        # $kind $namespace/$name: move $what into a Secret and reference it
-        #   kubectl -n $namespace create secret generic $secret --from-literal=value=...
-        env:
-          - name: $env_name
-            valueFrom:
-              secretKeyRef: {name: $secret, key: value}
-        # Decryption keys: mount the Secret as a read-only file instead of an env var
-        #   volumes: [{name: model-key, secret: {secretName: $secret, defaultMode: 0400}}]
+        # $kind $namespace/$name: $advice
+        $snippet
     """,
     references=(
         "https://kubernetes.io/docs/concepts/security/secrets-good-practices/",
         "https://kubernetes.io/docs/concepts/configuration/secret/#using-secrets-as-environment-variables",
+        "https://kubernetes.io/docs/concepts/configuration/secret/#using-secrets-as-files-from-a-pod",
     ),
+    remediation_root="pod_spec",
 )
 def no_literal_credentials_in_pod_specs(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):
@@ -79,7 +75,7 @@ def no_literal_credentials_in_pod_specs(snapshot: Snapshot) -> Iterator[Result]:
                     config_map,
                     f"data key {key!r} holds a credential-like literal value",
                     path=f"data.{key}",
-                    fix=_fix(f"ConfigMap key {key}", key),
+                    fix=_config_map_fix(config_map.ref.namespace, config_map.ref.name, key),
                 )
         elif data:
             yield passed(config_map, "data holds no credential-like values")
@@ -94,7 +90,7 @@ def _container_findings(container: Container) -> Iterator[Result]:
                 container,
                 f"env {name} is a literal credential (value not shown)",
                 path=f"{container.path}.env[{name}]",
-                fix=_fix(f"env {name} of {where}", name),
+                fix=_env_fix(container, f"env {name} of {where}", name, name),
             )
         secret_ref = as_mapping(as_mapping(entry.get("valueFrom")).get("secretKeyRef"))
         if secret_ref and _DECRYPTION_KEY.search(name):
@@ -103,7 +99,7 @@ def _container_findings(container: Container) -> Iterator[Result]:
                 f"env {name} exposes a model decryption key to every process in the container",
                 path=f"{container.path}.env[{name}]",
                 severity=Severity.MEDIUM,
-                fix=_fix(f"env {name} of {where}", name, str(secret_ref.get("name") or "")),
+                fix=_file_fix(container, name, str(secret_ref.get("name") or "")),
             )
     args = argv(container)
     for index, arg in enumerate(args):
@@ -118,7 +114,7 @@ def _container_findings(container: Container) -> Iterator[Result]:
                     container,
                     f"command line passes {flag} with an inline value (value not shown)",
                     path=f"{container.path}.args",
-                    fix=_fix(f"the {flag} value of {where}", flag.lstrip("-").upper()),
+                    fix=_env_fix(container, f"the {flag} value of {where}", flag.lstrip("-"), ""),
                 )
 
 
@@ -131,7 +127,68 @@ def _next(args: list[str], index: int, token: str) -> str:
     return args[index + 1] if index + 1 < len(args) else ""
 
 
-def _fix(what: str, name: str, secret: str = "") -> dict[str, str]:
+def _secret_name(name: str) -> str:
+    return re.sub(r"[^a-z0-9-]", "-", name.lower()).strip("-") or "credentials"
+
+
+def _container_list(container: Container) -> str:
+    return "initContainers" if container.init else "containers"
+
+
+def _env_fix(container: Container, what: str, name: str, literal_env: str) -> dict[str, str]:
+    """A pod-spec patch that takes the value from a Secret (value: null drops the literal)."""
     env_name = re.sub(r"[^A-Za-z0-9_]", "_", name).upper()
-    secret_name = secret or re.sub(r"[^a-z0-9-]", "-", name.lower()).strip("-") or "credentials"
-    return {"what": what, "env_name": env_name, "secret": secret_name}
+    secret = _secret_name(name)
+    note = (
+        "" if literal_env else f"   # then pass it as {name.join(['--', '=$(' + env_name + ')'])}"
+    )
+    value_line = ["      value: null   # the literal goes"] if literal_env else []
+    lines = [
+        f"{_container_list(container)}:",
+        f"  - name: {container.name}",
+        f"    env:{note}",
+        f"      - name: {env_name}",
+        *["  " + v for v in value_line],
+        "        valueFrom:",
+        f"          secretKeyRef: {{name: {secret}, key: value}}",
+    ]
+    advice = (
+        f"move {what} into a Secret and reference it; create it first:\n"
+        f"#   kubectl -n {container.template.owner.ref.namespace or 'default'} create secret "
+        f"generic {secret} --from-literal=value=..."
+    )
+    return {"advice": advice, "snippet": "\n".join(lines)}
+
+
+def _file_fix(container: Container, name: str, secret: str) -> dict[str, str]:
+    """Decryption keys: a read-only file from the Secret instead of an env var."""
+    secret = secret or _secret_name(name)
+    lines = [
+        "volumes:",
+        f"  - name: {secret}",
+        f"    secret: {{secretName: {secret}, defaultMode: 0400}}",
+        f"{_container_list(container)}:",
+        f"  - name: {container.name}",
+        "    env:",
+        f"      - {{name: {name}, $patch: delete}}",
+        "    volumeMounts:",
+        f"      - {{name: {secret}, mountPath: /var/run/secrets/{secret}, readOnly: true}}",
+    ]
+    advice = f"mount the decryption key {name} as a read-only file instead of an env var"
+    return {"advice": advice, "snippet": "\n".join(lines)}
+
+
+def _config_map_fix(namespace: str, config_map: str, key: str) -> dict[str, str]:
+    """Copy the value into a Secret without printing it, then drop it from the ConfigMap."""
+    ns = namespace or "default"
+    secret = _secret_name(key)
+    jsonpath = key.replace(".", "\\.")
+    lines = [
+        f"kubectl -n {ns} create secret generic {secret} \\",
+        f'  --from-literal=value="$(kubectl -n {ns} get configmap {config_map} '
+        f"-o jsonpath='{{.data.{jsonpath}}}')\"",
+        f"kubectl -n {ns} patch configmap {config_map} --type=json "
+        f'-p \'[{{"op": "remove", "path": "/data/{key}"}}]\'',
+    ]
+    advice = f"move ConfigMap key {key} into a Secret and reference the Secret instead"
+    return {"advice": advice, "snippet": "\n".join(lines)}

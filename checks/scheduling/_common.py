@@ -3,6 +3,7 @@ Nodes of the snapshot and the nodes Karpenter NodePools could launch."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +68,20 @@ def placements(
     """Nodes that pass the pod's nodeSelector/required affinity, then the Karpenter NodePools
     that could launch one (ignoring taints and resources). With `gpu_only`, GPU nodes and
     NodePools that may launch GPU instances only."""
+    # Only the selector and node affinity decide, and many templates share them: each
+    # distinct pair is matched against the nodes once per snapshot.
+    key = ("scheduling.placements", gpu_only, placement_key(spec))
+    return list(snapshot.derived(key, lambda s: tuple(_placements(s, spec, gpu_only))))
+
+
+def placement_key(spec: Mapping[str, Any], *more: object) -> str:
+    """The parts of a pod spec that node matching reads (nodeSelector, node affinity), and
+    `more`, as one comparable string."""
+    affinity = as_mapping(spec.get("affinity")).get("nodeAffinity")
+    return json.dumps([spec.get("nodeSelector"), affinity, *more], sort_keys=True, default=str)
+
+
+def _placements(snapshot: Snapshot, spec: Mapping[str, Any], gpu_only: bool) -> list[Placement]:
     nodes = gpu_hosts(snapshot) if gpu_only else snapshot.of("Node")
     out = [Placement(n, node_taints(n)) for n in nodes if node_affinity_matches(spec, n)]
     out.extend(

@@ -31,7 +31,9 @@ from gpu_audit.checks.nodes._common import (
 from gpu_audit.checks.scheduling._common import (
     autoscaler_present,
     blocking_taints,
+    extended_resources,
     nodepool_may_satisfy,
+    placement_key,
 )
 
 # Absent from a node's allocatable in some dumps; unknown is not zero for these.
@@ -82,13 +84,26 @@ def gpu_pods_fit_some_node_shape(snapshot: Snapshot) -> Iterator[Result]:
         if template.owner.status.get("phase") in ("Succeeded", "Failed"):
             continue  # finished pods hold nothing and will not be scheduled again
         request = effective_pod_request(template)
-        nodes = [
-            n for n in snapshot.of("Node") if has_resource_status(n) and _eligible(template, n)
-        ]
+        nodes = _eligible_nodes(snapshot, template)
         pools = [p for p in snapshot.of(NODEPOOL) if _pool_eligible(template, p)]
         if not nodes and not pools:
             continue
         yield _verdict(template, request, nodes, pools, scaler)
+
+
+def _eligible_nodes(snapshot: Snapshot, template: PodTemplate) -> list[Resource]:
+    """Nodes with status the template may land on; templates alike in what that reads share
+    one pass over the nodes."""
+    tolerations = template.spec.get("tolerations")
+    key = placement_key(template.spec, tolerations, sorted(extended_resources(template)))
+    return list(
+        snapshot.derived(
+            ("scheduling.eligible_nodes", key),
+            lambda s: tuple(
+                n for n in s.of("Node") if has_resource_status(n) and _eligible(template, n)
+            ),
+        )
+    )
 
 
 def _eligible(template: PodTemplate, node: Resource) -> bool:

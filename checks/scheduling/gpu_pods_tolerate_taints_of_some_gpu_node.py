@@ -61,6 +61,7 @@ _SHOWN = 3
         "https://github.com/kubernetes/kubernetes/pull/55839",
         "https://karpenter.sh/docs/concepts/nodepools/",
     ),
+    remediation_root="pod_spec",
 )
 def gpu_pods_tolerate_taints_of_some_gpu_node(snapshot: Snapshot) -> Iterator[Result]:
     for template in gpu_pod_templates(snapshot):

@@ -65,6 +65,7 @@ _PLACEMENT_SUFFIXES = ("/zone", "availability-zone")
         "https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/",
         "https://kubernetes.io/docs/reference/labels-annotations-taints/",
     ),
+    remediation_root="pod_spec",
 )
 def placement_uses_node_labels_not_annotations(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):

@@ -7,6 +7,7 @@ from typing import Any
 from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
+    Container,
     Resource,
     Result,
     Severity,
@@ -84,6 +85,7 @@ _SUFFIX_FORMATS = set(GPU_SUFFIX_RUNTIMES.values())
         "https://github.com/kserve/kserve/blob/master/pkg/controller/v1beta1/inferenceservice/utils/utils.go",
         "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",
     ),
+    remediation_root="pod_spec",
 )
 def gpu_requests_use_gpu_capable_runtimes(snapshot: Snapshot) -> Iterator[Result]:
     for isvc in snapshot.of(ISVC):
@@ -113,18 +115,24 @@ def gpu_requests_use_gpu_capable_runtimes(snapshot: Snapshot) -> Iterator[Result
                     problem,
                     path=container.path,
                     severity=severity,
-                    fix={"problem": problem, "snippet": _CONTAINER_SNIPPET},
+                    fix={"problem": problem, "snippet": _container_snippet(container)},
                 )
 
 
 Problem = tuple[str, Severity | None, str, str]  # message, severity, format, suggested version
 
-_CONTAINER_SNIPPET = (
-    "# remove CUDA_VISIBLE_DEVICES=-1 / --device cpu and use the CUDA build of the image,\n"
-    "# or drop the GPU request if the model is meant to run on CPU:\n"
-    "resources:\n"
-    '  limits: {cpu: "4", memory: 16Gi}'
-)
+
+def _container_snippet(container: Container) -> str:
+    """A pod-spec fragment (the check's remediation_root) for one container."""
+    section = "initContainers" if container.init else "containers"
+    return (
+        "# remove CUDA_VISIBLE_DEVICES=-1 / --device cpu and use the CUDA build of the image,\n"
+        "# or drop the GPU request if the model is meant to run on CPU:\n"
+        f"{section}:\n"
+        f"  - name: {container.name}\n"
+        "    resources:\n"
+        '      limits: {cpu: "4", memory: 16Gi}'
+    )
 
 
 def _runtime_snippet(fmt: str, version: str) -> str:

@@ -44,22 +44,25 @@ _STARTUP_BUDGET = 120
     """,
     remediation="""
         # $kind $namespace/$name, container $container ($server)
-        startupProbe:
-          httpGet: {path: $path, port: $port}
-          periodSeconds: 10
-          failureThreshold: 60        # up to 10 minutes to download and load weights
-        livenessProbe:
-          httpGet: {path: $live_path, port: $port}
-          periodSeconds: 10
-          failureThreshold: 3
-        readinessProbe:
-          httpGet: {path: $path, port: $port}
-          periodSeconds: 5
+        $section:
+          - name: $container
+            startupProbe:
+              httpGet: {path: $path, port: $port}
+              periodSeconds: 10
+              failureThreshold: 60        # up to 10 minutes to download and load weights
+            livenessProbe:
+              httpGet: {path: $live_path, port: $port}
+              periodSeconds: 10
+              failureThreshold: 3
+            readinessProbe:
+              httpGet: {path: $path, port: $port}
+              periodSeconds: 5
     """,
     references=(
         "https://kubernetes.io/docs/tasks/configure-pod-container/configure-liveness-readiness-startup-probes/",
         "https://github.com/triton-inference-server/server/blob/main/deploy/k8s-onprem/templates/deployment.yaml",
     ),
+    remediation_root="pod_spec",
 )
 def model_servers_survive_model_load(snapshot: Snapshot) -> Iterator[Result]:
     for template in gpu_pod_templates(snapshot):
@@ -112,6 +115,7 @@ def _fix(container: Container, server: ServerClass) -> dict[str, str]:
     path, port = _HEALTH.get(server.name, ("/health", "8080"))
     live_path = "/v2/health/live" if server.name == "triton" else path
     return {
+        "section": "initContainers" if container.init else "containers",
         "container": container.name,
         "server": server.name,
         "path": path,

@@ -51,22 +51,28 @@ _METRICS_PORT = 8002
     """,
     remediation="""
         # $kind $namespace/$name, container $container: $problem
-        args: ["tritonserver", "--model-repository=/models", "--strict-readiness=true"]
-        volumeMounts:
-          - {name: model-repo, mountPath: /models, readOnly: true}
-        readinessProbe:
-          httpGet: {path: /v2/health/ready, port: 8000}
-          periodSeconds: 5
-          failureThreshold: 3
-        startupProbe:
-          httpGet: {path: /v2/health/ready, port: 8000}
-          periodSeconds: 10
-          failureThreshold: 30        # 5 minutes for model load
+        volumes:   # where the models live: a PVC, or an s3:// / gs:// --model-repository
+          - name: model-repo
+            persistentVolumeClaim: {claimName: model-repository, readOnly: true}
+        $section:
+          - name: $container
+            args: ["tritonserver", "--model-repository=/models", "--strict-readiness=true"]
+            volumeMounts:
+              - {name: model-repo, mountPath: /models, readOnly: true}
+            readinessProbe:
+              httpGet: {path: /v2/health/ready, port: 8000}
+              periodSeconds: 5
+              failureThreshold: 3
+            startupProbe:
+              httpGet: {path: /v2/health/ready, port: 8000}
+              periodSeconds: 10
+              failureThreshold: 30        # 5 minutes for model load
     """,
     references=(
         "https://github.com/triton-inference-server/server/blob/main/deploy/k8s-onprem/templates/deployment.yaml",
         "https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/model_repository.html",
     ),
+    remediation_root="pod_spec",
 )
 def triton_has_model_repository_and_readiness(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):
@@ -85,7 +91,11 @@ def triton_has_model_repository_and_readiness(snapshot: Snapshot) -> Iterator[Re
                     f"{problem} ({server.rule})",
                     path=f"{container.path}.{field}",
                     severity=severity,
-                    fix={"container": container.name, "problem": problem},
+                    fix={
+                        "section": "initContainers" if container.init else "containers",
+                        "container": container.name,
+                        "problem": problem,
+                    },
                 )
 
 

@@ -80,15 +80,18 @@ def _targets(snapshot: Snapshot, container: Container) -> tuple[Resource, ...]:
     """,
     remediation="""
         # $kind $namespace/$name, container $container: one slot of a shared GPU
-        resources:
-          limits:
-            $resource: 1   # more slots do not mean more GPU; need more? use whole GPUs
+        $section:
+          - name: $container
+            resources:
+              limits:
+                $resource: 1   # more slots do not mean more GPU; need more? use whole GPUs
     """,
     references=(
         "https://github.com/NVIDIA/k8s-device-plugin#with-cuda-time-slicing",
         "https://github.com/NVIDIA/k8s-device-plugin/issues/1208",
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html",
     ),
+    remediation_root="pod_spec",
 )
 def one_unit_of_shared_gpu_per_container(snapshot: Snapshot) -> Iterator[Result]:
     strict = strict_shared_names(snapshot)
@@ -109,7 +112,11 @@ def _evaluate(
     strict: frozenset[str],
 ) -> Iterator[Result]:
     path = f"{container.path}.resources.limits"
-    fix = {"container": container.name, "resource": resource}
+    fix = {
+        "section": "initContainers" if container.init else "containers",
+        "container": container.name,
+        "resource": resource,
+    }
     count = int(quantity)
     if _is_shared_name(resource):
         if count <= 1:

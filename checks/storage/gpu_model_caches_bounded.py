@@ -79,6 +79,7 @@ SHM = "/dev/shm"
         "https://kubernetes.io/docs/concepts/storage/volumes/#emptydir",
         "https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/",
     ),
+    remediation_root="pod_spec",
 )
 def gpu_model_caches_bounded(snapshot: Snapshot) -> Iterator[Result]:
     for template in gpu_pod_templates(snapshot):

@@ -75,20 +75,24 @@ Problem = tuple[str, Severity, tuple[str, ...]]
     """,
     remediation="""
         # $kind $name: $problem
-        # StorageClass parameters are immutable: recreate the class with only provisioning
-        # parameters (an existing file system is mounted through a PersistentVolume instead;
-        # for throughput, KMS or backups choose a PERSISTENT deploymentType).
+        # StorageClass parameters are immutable: `replace --force` deletes the class and
+        # creates it again with only provisioning parameters (bound claims keep their volumes;
+        # an existing file system is mounted through a PersistentVolume instead; for
+        # throughput, KMS or backups choose a PERSISTENT deploymentType).
+        kubectl replace --force -f - <<'EOF'
         apiVersion: storage.k8s.io/v1
         kind: StorageClass
         metadata:
           name: $name
         provisioner: $provisioner
-        parameters: $parameters
+        parameters: $parameters$kept
+        EOF
     """,
     references=(
         "https://github.com/kubernetes-sigs/aws-fsx-csi-driver/blob/master/examples/kubernetes/dynamic_provisioning/README.md",
         "https://github.com/kubernetes-sigs/aws-fsx-csi-driver/blob/master/examples/kubernetes/static_provisioning/README.md",
         "https://github.com/kubernetes-sigs/aws-efs-csi-driver/blob/master/docs/README.md",
+        "https://kubernetes.io/docs/reference/kubectl/generated/kubectl_replace/",
     ),
 )
 def storage_class_parameters_valid_for_dynamic_provisioning(
@@ -137,8 +141,15 @@ def _results(
                 "problem": problem,
                 "provisioner": provisioner,
                 "parameters": json.dumps(cleaned, sort_keys=True),
+                "kept": "".join(
+                    f"\n{key}: {json.dumps(sc.raw[key])}" for key in _KEPT if key in sc.raw
+                ),
             },
         )
+
+
+# The rest of the class, recreated as it is.
+_KEPT = ("reclaimPolicy", "volumeBindingMode", "allowVolumeExpansion", "mountOptions")
 
 
 def _static_keys(params: Mapping[str, str], keys: set[str], what: str) -> list[Problem]:

@@ -51,12 +51,14 @@ _DANGEROUS_CAPS = frozenset({"SYS_ADMIN", "ALL"})
     """,
     remediation="""
         # $kind $namespace/$name, container $container
-        securityContext:
-          privileged: false
-          allowPrivilegeEscalation: false
-          capabilities: {drop: ["ALL"]}
-        resources:
-          limits: {nvidia.com/gpu: 1}   # the device plugin injects exactly the allocated GPUs
+        $section:
+          - name: $container
+            securityContext:
+              privileged: false
+              allowPrivilegeEscalation: false
+              capabilities: {drop: ["ALL"]}
+            resources:
+              limits: {nvidia.com/gpu: 1}   # the device plugin injects exactly the allocated GPUs
         # Enforce it: kubectl label ns $namespace pod-security.kubernetes.io/enforce=baseline
     """,
     references=(
@@ -64,6 +66,7 @@ _DANGEROUS_CAPS = frozenset({"SYS_ADMIN", "ALL"})
         "https://github.com/NVIDIA/k8s-device-plugin/issues/161",
         "https://kubernetes.io/docs/concepts/security/pod-security-standards/",
     ),
+    remediation_root="pod_spec",
 )
 def gpu_containers_not_privileged(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):
@@ -83,7 +86,10 @@ def _targets_gpus(template: PodTemplate) -> bool:
 
 
 def _judge(template: PodTemplate, container: Container) -> Result:
-    fix = {"container": container.name}
+    fix = {
+        "section": "initContainers" if container.init else "containers",
+        "container": container.name,
+    }
     context = f"{container.path}.securityContext"
     if is_privileged(container):
         return failed(

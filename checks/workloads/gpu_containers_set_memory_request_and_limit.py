@@ -37,14 +37,17 @@ from gpu_audit.api import (
     """,
     remediation="""
         # $kind $namespace/$name, container $container
-        resources:
-          requests: {memory: 64Gi}
-          limits: {memory: 64Gi}   # with cpu request == limit too, the pod gets Guaranteed QoS
+        $section:
+          - name: $container
+            resources:
+              requests: {memory: 64Gi}
+              limits: {memory: 64Gi}   # with cpu request == limit too, the pod gets Guaranteed QoS
     """,
     references=(
         "https://kubernetes.io/docs/tasks/configure-pod-container/assign-memory-resource/",
         "https://kubernetes.io/docs/concepts/policy/limit-range/",
     ),
+    remediation_root="pod_spec",
 )
 def gpu_containers_set_memory_request_and_limit(snapshot: Snapshot) -> Iterator[Result]:
     for template in gpu_pod_templates(snapshot):
@@ -68,7 +71,10 @@ def _judge(container: Container, defaults: dict[str, bool]) -> Result:
         container,
         f"has no memory {' or '.join(missing)}: {consequence}",
         path=f"{container.path}.resources",
-        fix={"container": container.name},
+        fix={
+            "section": "initContainers" if container.init else "containers",
+            "container": container.name,
+        },
     )
 
 

@@ -50,7 +50,9 @@ _FLOATING = frozenset(
     """,
     remediation="""
         # $kind $namespace/$name, container $container
-        image: $repository:$example   # a version tag, ideally @sha256:<digest>
+        $section:
+          - name: $container
+            image: $repository:$example   # a version tag, ideally @sha256:<digest>
         # the digest a running pod resolved: kubectl get pods -n $namespace -o jsonpath='{..imageID}'
     """,
     references=(
@@ -58,6 +60,7 @@ _FLOATING = frozenset(
         "https://github.com/lightgbm-org/LightGBM/issues/6520",
         "https://kubernetes.io/docs/concepts/containers/images/#image-names",
     ),
+    remediation_root="pod_spec",
 )
 def gpu_images_pinned_to_a_version(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):
@@ -82,7 +85,12 @@ def _judge(container: Container) -> Result:
         return passed(container, f"pins {image} by digest", path=path)
     tag = _tag(image)
     repository = image_repository(image)
-    fix = {"container": container.name, "repository": repository, "example": _example(repository)}
+    fix = {
+        "section": "initContainers" if container.init else "containers",
+        "container": container.name,
+        "repository": repository,
+        "example": _example(repository),
+    }
     if tag is None or tag == "latest":
         cuda = repository.endswith("nvidia/cuda")
         reason = (

@@ -38,16 +38,21 @@ from gpu_audit.api import (
     """,
     remediation="""
         # $kind $namespace/$name, container $container
-        resources:
-          limits:
-            $resource: $suggested   # whole number; the request defaults to the limit
         # Need less than a GPU? Ask for a MIG slice or a time-sliced replica instead:
         #   limits: {nvidia.com/mig-1g.10gb: 1}   or   limits: {nvidia.com/gpu.shared: 1}
+        $section:
+          - name: $container
+            resources:
+              requests:
+                $resource: $suggested
+              limits:
+                $resource: $suggested   # a whole number, equal to the request
     """,
     references=(
         "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",
         "https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/#extended-resources",
     ),
+    remediation_root="pod_spec",
 )
 def gpu_quantities_whole_and_in_limits(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):
@@ -66,6 +71,7 @@ def gpu_quantities_whole_and_in_limits(snapshot: Snapshot) -> Iterator[Result]:
                         f"{resource}: {problem}",
                         path=path,
                         fix={
+                            "section": "initContainers" if container.init else "containers",
                             "container": container.name,
                             "resource": resource,
                             "suggested": suggested,

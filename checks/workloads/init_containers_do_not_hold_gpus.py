@@ -54,6 +54,7 @@ from gpu_audit.checks.workloads._common import is_gpu_stack_image
         "https://kubernetes.io/docs/concepts/workloads/pods/init-containers/#resource-sharing-within-containers",
         "https://github.com/kubernetes/kubernetes/pull/56818",
     ),
+    remediation_root="pod_spec",
 )
 def init_containers_do_not_hold_gpus(snapshot: Snapshot) -> Iterator[Result]:
     for template in gpu_pod_templates(snapshot):

@@ -28,15 +28,15 @@ ACCEPT_ENVVAR = "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED"
 # Values with which the NVIDIA runtime injects no GPU at all.
 NO_GPU_VALUES = frozenset({"", "void", "none"})
 
+# Container fields, under `- name: <container>` of the pod spec's container list.
 _REMOVE = """\
-# remove NVIDIA_VISIBLE_DEVICES from env: the device plugin sets it for the allocated GPUs
-resources:
-  limits:
-    nvidia.com/gpu: 1"""
+    env:   # the device plugin sets it for the allocated GPUs
+      - name: NVIDIA_VISIBLE_DEVICES
+        $patch: delete   # strategic merge: removes the entry"""
 _VOID = """\
-env:
-  - name: NVIDIA_VISIBLE_DEVICES
-    value: void   # or delete it and request the GPU: resources.limits.nvidia.com/gpu: 1"""
+    env:
+      - name: NVIDIA_VISIBLE_DEVICES
+        value: void   # or delete it and request the GPU: resources.limits.nvidia.com/gpu: 1"""
 
 
 @check(
@@ -68,6 +68,8 @@ env:
     """,
     remediation="""
         # $kind $namespace/$name, container $container
+        $section:
+          - name: $container
         $snippet
         # Cluster-wide, GPU Operator Helm values (unprivileged containers then ignore the variable):
         # toolkit:
@@ -83,6 +85,7 @@ env:
         "https://github.com/NVIDIA/k8s-device-plugin/issues/1605",
         "https://github.com/NVIDIA/k8s-device-plugin/issues/90",
     ),
+    remediation_root="pod_spec",
 )
 def no_visible_devices_env_without_gpu_request(snapshot: Snapshot) -> Iterator[Result]:
     mitigated = _envvar_ignored_when_unprivileged(snapshot)
@@ -108,7 +111,7 @@ def _judge(snapshot: Snapshot, container: Container, mitigated: bool) -> Iterato
             f"requests GPUs but hard-codes {VARIABLE}={value!r}; the device plugin's value "
             "may not win and the container can see more GPUs than it was allocated",
             severity=Severity.MEDIUM,
-            fix={"container": container.name, "snippet": _REMOVE},
+            fix={"section": _section(container), "container": container.name, "snippet": _REMOVE},
         )
     elif value.strip().lower() in NO_GPU_VALUES:
         yield passed(container, f"requests no GPU and sets {VARIABLE}={value!r} (no GPU)")
@@ -124,8 +127,12 @@ def _judge(snapshot: Snapshot, container: Container, mitigated: bool) -> Iterato
             container,
             f"requests no GPU but sets {VARIABLE}={value!r}; {note}",
             severity=severity,
-            fix={"container": container.name, "snippet": _VOID},
+            fix={"section": _section(container), "container": container.name, "snippet": _VOID},
         )
+
+
+def _section(container: Container) -> str:
+    return "initContainers" if container.init else "containers"
 
 
 def _envvar_ignored_when_unprivileged(snapshot: Snapshot) -> bool:

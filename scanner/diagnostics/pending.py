@@ -10,6 +10,7 @@ and ignored when comparing with events.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -549,16 +550,25 @@ def explain_pending(
     request = dict(pod_request(pod) if template else ctx.usage.request_of(pod))
     if runtime_class is not None and not pod.spec.get("overhead") and spec.get("overhead"):
         add_quantities(request, quantities(spec.get("overhead")))
-    spread = spread_constraints(ctx, pod, spec)
-    rules = inter_pod_rules(ctx, pod, spec)
-    nodes = tuple(
-        NodeExplanation(
-            usage.node.ref.name,
-            is_gpu_node(usage.node),
-            node_verdicts(ctx, spec, request, usage, spread, rules),
-        )
-        for usage in ctx.usage.nodes.values()
+    # The per-node verdicts depend only on what the key holds: replicas of one controller
+    # that wait for the same reason are evaluated against every node once.
+    key = (
+        "nodes",
+        pod.ref.namespace,
+        json.dumps([pod.labels, spec, sorted(request.items())], sort_keys=True, default=str),
     )
+    if key not in ctx.memo:
+        spread = spread_constraints(ctx, pod, spec)
+        rules = inter_pod_rules(ctx, pod, spec)
+        ctx.memo[key] = tuple(
+            NodeExplanation(
+                usage.node.ref.name,
+                is_gpu_node(usage.node),
+                node_verdicts(ctx, spec, request, usage, spread, rules),
+            )
+            for usage in ctx.usage.nodes.values()
+        )
+    nodes: tuple[NodeExplanation, ...] = ctx.memo[key]
     total = len(nodes)
     histogram = reasons_histogram(n.verdicts for n in nodes)
     pod_checks = [

@@ -14,8 +14,8 @@ evaluated so the fix can name all that stand in the way.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -117,6 +117,9 @@ class SchedulingContext:
     snapshot: Snapshot
     usage: ClusterUsage
     anti_affinity_holders: tuple[AntiAffinityHolder, ...]
+    # Results that depend only on the snapshot, kept across the pods explained with it:
+    # (node, resource) -> the pods holding it; pod key -> the per-node explanations.
+    memo: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def node(self, name: str) -> Resource | None:
         found = self.usage.nodes.get(name)
@@ -292,6 +295,13 @@ def _missing_gpu_fix(usage: NodeUsage, wanted: str) -> str:
 
 
 def _holders(usage: NodeUsage, ctx: SchedulingContext, resource: str) -> str:
+    key = ("holders", usage.node.ref.name, resource)
+    if key not in ctx.memo:
+        ctx.memo[key] = _top_holders(usage, ctx, resource)
+    return str(ctx.memo[key])
+
+
+def _top_holders(usage: NodeUsage, ctx: SchedulingContext, resource: str) -> str:
     held = [
         (ctx.usage.request_of(p).get(resource, ZERO), f"{p.ref.namespace}/{p.ref.name}")
         for p in usage.pods

@@ -18,7 +18,14 @@ from gpu_audit.kinds import KNOWN_KINDS, resource_type
 from gpu_audit.model import ObjRef, Resource, SourceLocation
 from gpu_audit.redact import sanitize
 from gpu_audit.snapshot import CollectionGap, Snapshot, SourceInfo
-from gpu_audit.sources.documents import MIB, DocumentError, Limits, normalize, parse
+from gpu_audit.sources.documents import (
+    MIB,
+    DocumentError,
+    Limits,
+    check_json_depth,
+    normalize,
+    parse,
+)
 from gpu_audit.sources.snapshot_file import is_snapshot_document
 
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -83,7 +90,7 @@ def _documents(name: str, text: str, limits: Limits) -> Iterator[tuple[int, Any]
             if raw is None:  # an empty document between two `---`
                 continue
             try:
-                yield index, normalize(raw, limits)
+                yield index, check_json_depth(raw, limits) if is_json else normalize(raw, limits)
             except DocumentError as exc:
                 problems.append(f"{name}: document {index + 1}: {exc}")
     except InputError as exc:
@@ -191,7 +198,10 @@ def _read(name: str, stdin: IO[str] | None, budget: int, limits: Limits) -> str:
             text = stream.read(budget + 1)
             if len(text) > budget:
                 raise InputError([too_big])
-            data = text.encode("utf-8", "surrogateescape")
+            try:
+                data = text.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 text holds one
+                raise InputError([f"<stdin>: not UTF-8 text (character {exc.start})"]) from None
         else:
             data = buffer.read(budget + 1)
     else:

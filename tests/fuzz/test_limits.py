@@ -86,6 +86,12 @@ def test_invalid_utf8_on_stdin_names_the_byte() -> None:
     )
 
 
+def test_a_lone_surrogate_in_a_text_stream_is_not_utf8() -> None:
+    with pytest.raises(InputError) as info:
+        load_files(["-"], io.StringIO("kind: \ud800\n"))
+    assert info.value.problems == ("<stdin>: not UTF-8 text (character 6)",)
+
+
 def test_a_byte_order_mark_is_allowed(tmp_path: Path) -> None:
     path = tmp_path / "bom.json"
     path.write_bytes(

@@ -38,12 +38,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 import pytest
 import yaml
+
+from tests.live.harness import JSON, ControlPlane, KubeRequest, run_build_script
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
@@ -57,31 +58,7 @@ CRD_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 LOG_TAIL_CHARS = 4000
 
-JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
-
-
-@dataclass(frozen=True)
-class ControlPlane:
-    """A running test control plane. All paths are absolute."""
-
-    server: str  # https://127.0.0.1:<port>
-    ca_file: str  # PEM of the CA that signed the serving cert
-    admin_token: str  # bearer token of user "admin" in group system:masters
-    kubeconfig: str  # kubeconfig for the admin token
-    bin_dir: str  # directory of the kube-apiserver and etcd binaries
-
-
-class KubeRequest(Protocol):
-    def __call__(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        token: str | None = None,
-        content_type: str = JSON,
-    ) -> tuple[int, Any]: ...
 
 
 # --------------------------------------------------------------------------- pytest hooks
@@ -171,36 +148,22 @@ def _check_bin_dir(bin_dir: Path) -> str | None:
 def _find_bin_dir(log_dir: Path) -> Path:
     env = os.environ.get("GPU_AUDIT_K8S_BIN")
     if env:
-        bin_dir = Path(env).resolve()
-        problem = _check_bin_dir(bin_dir)
+        given = Path(env).resolve()
+        problem = _check_bin_dir(given)
         if problem:
             _unavailable(f"GPU_AUDIT_K8S_BIN={env}: {problem}")
-        return bin_dir
+        return given
     if shutil.which("bash") is None:
         _unavailable("bash is not installed, cannot run scripts/build-control-plane.sh")
-    build_log = log_dir / "build-control-plane.log"
-    with build_log.open("wb") as err:
-        try:
-            proc = subprocess.run(
-                ["bash", str(BUILD_SCRIPT)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                timeout=BUILD_TIMEOUT_S,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            _unavailable(f"{BUILD_SCRIPT.name} timed out after {BUILD_TIMEOUT_S:.0f}s")
-    if proc.returncode != 0:
-        _unavailable(f"{BUILD_SCRIPT.name} exited {proc.returncode}:\n{_tail(build_log, 1500)}")
-    lines = proc.stdout.decode().strip().splitlines()
-    if not lines:
-        _unavailable(f"{BUILD_SCRIPT.name} printed no directory")
-    bin_dir = Path(lines[-1])
-    problem = _check_bin_dir(bin_dir)
+    built, failure = run_build_script(
+        BUILD_SCRIPT, log_dir / "build-control-plane.log", BUILD_TIMEOUT_S
+    )
+    if built is None:
+        _unavailable(failure)
+    problem = _check_bin_dir(built)
     if problem:
         _unavailable(f"{BUILD_SCRIPT.name}: {problem}")
-    return bin_dir
+    return built
 
 
 # --------------------------------------------------------------------------- processes

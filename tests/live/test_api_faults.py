@@ -15,13 +15,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 import yaml
 
 from gpu_audit.registry import load_checks
 from tests.live.fault_proxy import FaultProxy, running_proxy
+from tests.live.harness import ControlPlane, KubeRequest, delete_namespace
 
 NAMESPACE = "gpu-audit-faults"
 PODS = 5
@@ -31,27 +32,6 @@ TIMEOUT_S = 60.0
 SHORT_TIMEOUT_S = 8.0
 # Starting Python, importing the checks and rendering, on a loaded 2-core machine.
 GRACE_S = 25.0
-
-
-class KubeRequest(Protocol):
-    def __call__(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        token: str | None = None,
-        content_type: str = ...,
-    ) -> tuple[int, Any]: ...
-
-
-class ControlPlaneLike(Protocol):
-    @property
-    def server(self) -> str: ...
-    @property
-    def ca_file(self) -> str: ...
-    @property
-    def admin_token(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -99,10 +79,11 @@ def seeded(kube_request: KubeRequest) -> Iterator[None]:
     yield
     for index in range(PODS):
         kube_request("DELETE", f"/api/v1{PODS_PATH}/gpu-{index}")
+    delete_namespace(kube_request, NAMESPACE)
 
 
 @pytest.fixture(scope="module")
-def proxy(control_plane: ControlPlaneLike, seeded: None) -> Iterator[FaultProxy]:
+def proxy(control_plane: ControlPlane, seeded: None) -> Iterator[FaultProxy]:
     with running_proxy(control_plane.server, control_plane.ca_file) as running:
         yield running
 
@@ -116,7 +97,7 @@ def faults(proxy: FaultProxy) -> Iterator[FaultProxy]:
 
 @pytest.fixture(scope="module")
 def kubeconfig(
-    proxy: FaultProxy, control_plane: ControlPlaneLike, tmp_path_factory: pytest.TempPathFactory
+    proxy: FaultProxy, control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> str:
     config = {
         "apiVersion": "v1",

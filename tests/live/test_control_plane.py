@@ -9,9 +9,11 @@ import secrets
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from tests.live.harness import ControlPlane
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -20,15 +22,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 WRAPPER_GO_MOD = REPO_ROOT / "tools" / "k8s-bin" / "go.mod"
 
 KubeRequest = Callable[..., tuple[int, Any]]
-
-
-class ControlPlaneLike(Protocol):
-    @property
-    def server(self) -> str: ...
-    @property
-    def kubeconfig(self) -> str: ...
-    @property
-    def bin_dir(self) -> str: ...
 
 
 def _module_version(module: str) -> str:
@@ -47,7 +40,7 @@ def _api_client(kubeconfig: str) -> client.ApiClient:
 
 
 @pytest.fixture
-def admin(control_plane: ControlPlaneLike) -> Iterator[client.ApiClient]:
+def admin(control_plane: ControlPlane) -> Iterator[client.ApiClient]:
     api = _api_client(control_plane.kubeconfig)
     with api:
         yield api
@@ -61,7 +54,7 @@ def namespace(kube_request: KubeRequest) -> str:
     return name  # namespaces never finish deleting without kube-controller-manager
 
 
-def test_version_is_the_built_one(control_plane: ControlPlaneLike, admin: client.ApiClient) -> None:
+def test_version_is_the_built_one(control_plane: ControlPlane, admin: client.ApiClient) -> None:
     from kubernetes import client
 
     k8s_version = _module_version("k8s.io/kubernetes")

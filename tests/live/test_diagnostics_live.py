@@ -20,7 +20,7 @@ import yaml
 from click.testing import CliRunner
 
 from gpu_audit.cli import main
-from tests.live.conftest import ControlPlane, KubeRequest
+from tests.live.harness import ControlPlane, KubeRequest, delete_namespace
 
 CASE = Path(__file__).resolve().parents[2] / "fixtures" / "clusters" / "diagnostics"
 MERGE_PATCH = "application/merge-patch+json"
@@ -70,14 +70,11 @@ def seeded(request: KubeRequest, objects: list[dict[str, Any]]) -> Iterator[None
         yield
     finally:
         for path in reversed(created):
+            if path.startswith("/api/v1/namespaces/") and path.count("/") == 4:
+                delete_namespace(request, path.rsplit("/", 1)[1])
+                continue
             status, reply = request("DELETE", f"{path}?gracePeriodSeconds=0")
             _ok(status, reply, f"deleting {path}", (200, 202, 404))
-            if path.startswith("/api/v1/namespaces/") and path.count("/") == 4:
-                # no kube-controller-manager finalizes namespaces: drop the finalizer
-                status, current = request("GET", path)
-                if status == 200:
-                    current["spec"]["finalizers"] = []
-                    request("PUT", f"{path}/finalize", current)
 
 
 def run(*args: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 import yaml
@@ -29,6 +29,7 @@ from gpu_audit.cli import main
 from gpu_audit.kinds import BUILTIN_GROUPS, KNOWN_KINDS, KindInfo, api_group, resource_type
 from gpu_audit.registry import load_checks
 from gpu_audit.sources.live import Connection, ListOptions, collect
+from tests.live.harness import ControlPlane, KubeRequest, delete_namespace
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = REPO_ROOT / "fixtures" / "clusters" / "sample"
@@ -47,27 +48,6 @@ SAMPLE_REJECTED = ["Deployment triton-llm", "Job tokenizer-eval"]
 # Cases that fail because server defaults expose a check bug: case id -> the bug (strict xfail,
 # so a fix shows up). Empty: the DaemonSet-status and Node-allocatable bugs found here are fixed.
 KNOWN_BUGS: dict[str, str] = {}
-
-
-class KubeRequest(Protocol):
-    def __call__(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        token: str | None = None,
-        content_type: str = ...,
-    ) -> tuple[int, Any]: ...
-
-
-class ControlPlaneLike(Protocol):
-    @property
-    def server(self) -> str: ...
-    @property
-    def ca_file(self) -> str: ...
-    @property
-    def kubeconfig(self) -> str: ...
 
 
 MintToken = Callable[[str, str], str]
@@ -197,23 +177,6 @@ class Seeder:
         for name in reversed(self.namespaces):
             delete_namespace(self.request, name)
         self.namespaces.clear()
-
-
-def delete_namespace(request: KubeRequest, name: str) -> None:
-    """Delete a namespace for good: without kube-controller-manager nobody finalizes it, so
-    remove the `kubernetes` finalizer ourselves (its objects must be deleted already)."""
-    path = f"/api/v1/namespaces/{name}"
-    status, reply = request("DELETE", path)
-    if status == 404:
-        return
-    _ok(status, reply, f"deleting namespace {name}", (200, 202))
-    status, current = request("GET", path)
-    if status == 404:
-        return
-    current["spec"]["finalizers"] = []
-    status, reply = request("PUT", f"{path}/finalize", current)
-    _ok(status, reply, f"finalizing namespace {name}", (200, 404))
-    request("DELETE", path)  # gone now, or answers 404
 
 
 @dataclass(frozen=True)
@@ -446,7 +409,7 @@ class SampleScan:
 @pytest.fixture(scope="class")
 def sample(
     kube_request: KubeRequest,
-    control_plane: ControlPlaneLike,
+    control_plane: ControlPlane,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SampleScan]:
     """The sample cluster seeded for the tests of TestSampleCluster, scanned live once."""
@@ -475,7 +438,7 @@ class TestSampleCluster:
         self,
         sample: SampleScan,
         kube_request: KubeRequest,
-        control_plane: ControlPlaneLike,
+        control_plane: ControlPlane,
         tmp_path: Path,
     ) -> None:
         value = f"s3cr3t-{secrets.token_hex(8)}"
@@ -521,7 +484,7 @@ def _equivalence_cases() -> list[Any]:
 
 @pytest.mark.parametrize("fixture", _equivalence_cases())
 def test_check_fixture_live_equals_offline(
-    fixture: Path, kube_request: KubeRequest, control_plane: ControlPlaneLike, tmp_path: Path
+    fixture: Path, kube_request: KubeRequest, control_plane: ControlPlane, tmp_path: Path
 ) -> None:
     with seeded(kube_request, [fixture], control_plane.kubeconfig, tmp_path) as seeds:
         live = live_scan(control_plane.kubeconfig)
@@ -618,9 +581,7 @@ def test_role_without_servicemonitors_blocks_only_their_checks(
 # --------------------------------------------------------------------------- pagination
 
 
-def test_pagination_lists_every_pod(
-    kube_request: KubeRequest, control_plane: ControlPlaneLike
-) -> None:
+def test_pagination_lists_every_pod(kube_request: KubeRequest, control_plane: ControlPlane) -> None:
     namespace = _unique("many-pods")
     status, reply = kube_request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
     _ok(status, reply, "creating the namespace")
@@ -676,7 +637,7 @@ def test_closed_port_is_one_line_exit_3(tmp_path: Path) -> None:
     assert lines[0].startswith("gpu-audit: error: cannot reach the cluster at https://127.0.0.1:")
 
 
-def test_bad_token_is_rejected_exit_3(control_plane: ControlPlaneLike, tmp_path: Path) -> None:
+def test_bad_token_is_rejected_exit_3(control_plane: ControlPlane, tmp_path: Path) -> None:
     kubeconfig = kubeconfig_file(
         tmp_path / "bad.kubeconfig",
         control_plane.server,
@@ -696,7 +657,7 @@ def test_bad_token_is_rejected_exit_3(control_plane: ControlPlaneLike, tmp_path:
 
 def test_zz_missing_service_monitor_crd(
     kube_request: KubeRequest,
-    control_plane: ControlPlaneLike,
+    control_plane: ControlPlane,
     shared_crds: list[dict[str, Any]],
 ) -> None:
     """Runs last in this file: deletes the ServiceMonitor CRD, scans, and installs it again."""

@@ -1,22 +1,34 @@
 """Every remediation of every fail fixture is accepted by the real kube-apiserver.
 
-For each fail fixture the objects are applied to the test apiserver, the check runs on the
-fixture, and each finding's remediation is submitted with a server-side dry-run:
+For each fail fixture the objects are applied to the test apiserver (and deleted afterwards:
+fixtures reuse names with different immutable fields), the check runs on the fixture, and each
+finding's remediation is submitted with a server-side dry-run and strict field validation (what
+kubectl's default --validate=strict asks for), so a field the object does not have is an error,
+not a silently dropped no-op:
 
-* a whole object (apiVersion + kind) is server-side applied;
+* every fixture object must be accepted, except those in INVALID_BY_DESIGN, whose rejection is
+  what the check finds (a fractional GPU quantity); their fix is checked by merging the
+  fragment into the fixture object locally and creating the result under a new name;
+* a whole object (apiVersion + kind) is server-side applied, by another field manager than the
+  fixture's, as a user's `kubectl apply` of a partial object would be;
 * a fragment is a patch of the object the finding names: strategic merge for built-in kinds,
   JSON merge for custom resources (what `kubectl patch` does by default). Bare Pods and Jobs
   cannot take a pod-template patch (the template is immutable), so the fix is to recreate them:
   the fragment is merged into the object locally and the result is created under a new name;
 * `kubectl` commands are translated to the API call they make (patch, label, taint, delete,
-  get/describe, create configmap, edit -> get) and sent with dryRun=All, so the object must exist
-  and the change must validate. `helm` commands are only checked to be well-formed: the charts
-  they name are not available offline.
+  get/describe, create configmap/secret generic, edit -> get) and sent with dryRun=All, so the
+  object must exist and the change must validate. `apply|create -f -` and `replace --force -f -`
+  read the objects from a here-document; `replace --force` deletes then creates, so the object
+  must exist, its deletion must be allowed, and the new object must be valid (created under a
+  new name: the dry-run deletion leaves the original in place). `helm` commands are only checked
+  to be well-formed: the charts they name are not available offline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import shlex
 import urllib.parse
 from collections.abc import Iterator, Mapping
@@ -34,7 +46,11 @@ from gpu_audit.sources.files import load_files
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FAIL_FIXTURES = sorted((REPO_ROOT / "fixtures" / "checks").glob("*/fail-*.yaml"))
 CHECKS = load_checks(plugins=False)
-FIELD_MANAGER = "gpu-audit-dry-run-test"
+# The fixture's objects and the remediations are applied by different managers, as in a real
+# cluster: applying a partial object with the manager that created the whole one would drop
+# every field the partial object leaves out.
+FIXTURE_MANAGER = "gpu-audit-fixture"
+REMEDIATION_MANAGER = "gpu-audit-remediation"
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
@@ -182,7 +198,8 @@ class Cluster:
         if api.namespaced:
             meta["namespace"] = ns
         self.ensure_namespace(ns)
-        query = {"fieldManager": FIELD_MANAGER, "force": "true"}
+        manager = REMEDIATION_MANAGER if dry_run else FIXTURE_MANAGER
+        query = {"fieldManager": manager, "force": "true", "fieldValidation": "Strict"}
         if dry_run:
             query["dryRun"] = "All"
         path = f"{api.path(ns, meta['name'])}?{urllib.parse.urlencode(query)}"
@@ -192,39 +209,93 @@ class Cluster:
         self, method: str, path: str, body: Any = None, content_type: str = JSON
     ) -> tuple[int, Any]:
         sep = "&" if "?" in path else "?"
-        return self.call(method, f"{path}{sep}dryRun=All", body, content_type)
+        query = "dryRun=All" + ("&fieldValidation=Strict" if method in ("POST", "PATCH") else "")
+        return self.call(method, f"{path}{sep}{query}", body, content_type)
 
 
-def seed(cluster: Cluster, fixture: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """Apply the fixture's objects; returns those the apiserver accepted by (kind, ns, name)."""
-    accepted: dict[tuple[str, str, str], dict[str, Any]] = {}
+ObjectKey = tuple[str, str, str]  # (kind, namespace, name); namespace "" if cluster-scoped
+
+
+@dataclass
+class Seeded:
+    accepted: dict[ObjectKey, dict[str, Any]]  # as the apiserver stored them
+    rejected: dict[ObjectKey, str]  # the apiserver's message
+    originals: dict[ObjectKey, dict[str, Any]]  # as the fixture has them
+
+
+@contextlib.contextmanager
+def seeded_fixture(cluster: Cluster, fixture: Path) -> Iterator[Seeded]:
+    """Apply the fixture's objects, and delete them afterwards: the fixtures reuse names (Job
+    ml/finetune, ClusterPolicy cluster-policy) with different immutable fields, so each case
+    needs a clean apiserver. Namespaces stay (without a controller-manager they never finish
+    deleting); Background propagation, a zero grace period and clearing the finalizers (PVC
+    and PV protection) delete at once, without the garbage collector, a kubelet or the
+    controllers that would release the finalizers."""
+    seeded = Seeded({}, {}, {})
     objects = fixture_objects(fixture)
     objects.sort(
         key=lambda o: (o.get("kind") != "Namespace", cluster.discovery.of_object(o).namespaced)
     )
-    for obj in objects:
-        status, reply = cluster.apply(obj, dry_run=False)
-        if status in (200, 201):
+    try:
+        for obj in objects:
+            status, reply = cluster.apply(obj, dry_run=False)
             api = cluster.discovery.of_object(obj)
-            ns = reply["metadata"].get("namespace", "")
-            accepted[(api.kind, ns, reply["metadata"]["name"])] = reply
-    return accepted
+            ns = str(obj["metadata"].get("namespace") or "default") if api.namespaced else ""
+            key = (api.kind, ns, str(obj["metadata"]["name"]))
+            seeded.originals[key] = obj
+            if status in (200, 201):
+                seeded.accepted[key] = reply
+            else:
+                message = reply.get("message") if isinstance(reply, dict) else reply
+                seeded.rejected[key] = str(message)
+        yield seeded
+    finally:
+        query = urllib.parse.urlencode({"propagationPolicy": "Background", "gracePeriodSeconds": 0})
+        for obj in seeded.accepted.values():
+            if obj["kind"] == "Namespace":
+                continue
+            meta = obj["metadata"]
+            path = cluster.discovery.of_object(obj).path(meta.get("namespace", ""), meta["name"])
+            if meta.get("finalizers"):
+                unblock = {"metadata": {"finalizers": None}}
+                status, reply = cluster.call("PATCH", path, unblock, MERGE_PATCH)
+                assert status in (200, 404), f"cleanup of {path}: HTTP {status}: {reply}"
+            status, reply = cluster.call("DELETE", f"{path}?{query}")
+            assert status in (200, 202, 404), f"cleanup of {path}: HTTP {status}: {reply}"
 
 
-def code_lines(text: str) -> list[str]:
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    joined: list[str] = []
-    for line in lines:  # shell line continuations
-        if joined and joined[-1].endswith("\\"):
-            joined[-1] = joined[-1][:-1] + " " + line.strip()
+HEREDOC = re.compile(r"""\s*<<-?\s*(['"]?)(\w+)\1\s*$""")
+
+
+def command_lines(text: str) -> list[tuple[str, str]]:
+    """The shell lines of a remediation (comments dropped, continuations joined), each with
+    the here-document it reads as stdin ("" when none)."""
+    out: list[tuple[str, str]] = []
+    lines = iter(text.splitlines())
+    for raw in lines:
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if out and out[-1][0].endswith("\\"):
+            out[-1] = (out[-1][0][:-1] + " " + line, "")
         else:
-            joined.append(line.strip())
-    return joined
+            out.append((line, ""))
+        heredoc = HEREDOC.search(out[-1][0])
+        if heredoc:
+            body: list[str] = []
+            for body_line in lines:
+                if body_line.strip() == heredoc.group(2):
+                    break
+                body.append(body_line)
+            else:
+                pytest.fail(f"here-document {heredoc.group(2)} is not terminated:\n{text}")
+            out[-1] = (out[-1][0][: heredoc.start()], "\n".join(body))
+    return out
 
 
 def is_command(text: str) -> bool:
-    lines = code_lines(text)
-    return bool(lines) and lines[0].startswith(("kubectl ", "helm "))
+    lines = command_lines(text)
+    return bool(lines) and lines[0][0].startswith(("kubectl ", "helm "))
 
 
 def strategic_merge(base: Any, patch: Any) -> Any:
@@ -254,9 +325,32 @@ def strategic_merge(base: Any, patch: Any) -> Any:
 # --------------------------------------------------------------------------- YAML remediations
 
 
-def submit_yaml(
-    cluster: Cluster, finding: Finding, seeded: Mapping[tuple[str, str, str], Any]
-) -> None:
+def recreated_under_new_name(base: Mapping[str, Any], patch: Any) -> dict[str, Any]:
+    """`base` with the patch merged in, as a new object: what a user recreating an object whose
+    fields cannot change in place would create (the dry-run cannot delete the original)."""
+    recreated: dict[str, Any] = strategic_merge(plain(base), patch)
+    meta = base["metadata"]
+    recreated["metadata"] = {
+        "name": f"{str(meta['name'])[:40]}-fixed",
+        "namespace": meta.get("namespace", "default"),
+        "labels": plain(meta.get("labels", {})),
+    }
+    recreated.pop("status", None)
+    recreated.get("spec", {}).pop("nodeName", None)  # set by the (absent) scheduler
+    if base["kind"] == "Job":  # the apiserver generates the selector of a new Job
+        recreated["spec"].pop("selector", None)
+        labels = recreated["spec"]["template"].get("metadata", {}).get("labels", {})
+        for key in (
+            "controller-uid",
+            "job-name",
+            "batch.kubernetes.io/controller-uid",
+            "batch.kubernetes.io/job-name",
+        ):
+            labels.pop(key, None)
+    return recreated
+
+
+def submit_yaml(cluster: Cluster, finding: Finding, seeded: Seeded) -> None:
     docs = [d for d in yaml.safe_load_all(finding.remediation) if d is not None]
     assert docs, f"remediation has no YAML document:\n{finding.remediation}"
     ref = finding.result.ref
@@ -269,31 +363,22 @@ def submit_yaml(
             assert status in (200, 201), f"whole object rejected: HTTP {status}: {reply}"
             continue
         api = cluster.discovery.of_kind(ref.kind)
-        target = seeded.get((api.kind, ref.namespace if api.namespaced else "", ref.name))
-        assert target is not None, f"{ref} (the object to patch) was not accepted from the fixture"
+        key = (api.kind, ref.namespace if api.namespaced else "", ref.name)
+        target = seeded.accepted.get(key)
+        if target is None:
+            # An object the apiserver refuses by design (see INVALID_BY_DESIGN): the fixed
+            # object must be one it accepts.
+            assert key in seeded.rejected, f"{ref} (the object to patch) is not in the fixture"
+            fixed = recreated_under_new_name(seeded.originals[key], doc)
+            status, reply = cluster.dry_run("POST", api.path(ref.namespace), fixed)
+            assert status == 201, f"fixed {ref} rejected: HTTP {status}: {reply}"
+            continue
         path = api.path(ref.namespace, ref.name)
         content_type = STRATEGIC_PATCH if api.group in BUILTIN_GROUPS else MERGE_PATCH
         status, reply = cluster.dry_run("PATCH", path, doc, content_type)
         if status == 422 and api.kind in IMMUTABLE_TEMPLATE_KINDS:
-            recreated = strategic_merge(plain(target), doc)
-            recreated["metadata"] = {
-                "name": f"{ref.name[:40]}-fixed",
-                "namespace": ref.namespace,
-                "labels": target["metadata"].get("labels", {}),
-            }
-            for key in ("nodeName",):  # set by the (absent) scheduler on a recreated pod
-                recreated.get("spec", {}).pop(key, None)
-            if api.kind == "Job":  # the apiserver generates the selector of a new Job
-                recreated["spec"].pop("selector", None)
-                labels = recreated["spec"]["template"].get("metadata", {}).get("labels", {})
-                for key in (
-                    "controller-uid",
-                    "job-name",
-                    "batch.kubernetes.io/controller-uid",
-                    "batch.kubernetes.io/job-name",
-                ):
-                    labels.pop(key, None)
-            status, reply = cluster.dry_run("POST", api.path(ref.namespace), recreated)
+            fixed = recreated_under_new_name(target, doc)
+            status, reply = cluster.dry_run("POST", api.path(ref.namespace), fixed)
         assert status in (200, 201), f"patch of {ref} rejected: HTTP {status}: {reply}"
 
 
@@ -353,6 +438,10 @@ VALUE_FLAGS = {
     "field-selector",
     "from-file",
     "from-literal",
+    "f",
+    "filename",
+    "c",
+    "container",
 }
 
 
@@ -376,23 +465,56 @@ def parse_kubectl(words: list[str]) -> KubectlCall:
     return KubectlCall(positional[0], positional[1:], flags, switches)
 
 
-def submit_kubectl(cluster: Cluster, line: str) -> None:
+def submit_manifests(cluster: Cluster, call: KubectlCall, line: str, stdin: str) -> None:
+    """`kubectl apply|create|replace --force -f -` with the objects on stdin."""
+    assert call.flags.get("f", call.flags.get("filename")) == "-" and stdin, (
+        f"{line}: only a here-document on stdin can be checked"
+    )
+    for doc in (d for d in yaml.safe_load_all(stdin) if d is not None):
+        api = cluster.discovery.of_object(doc)
+        ns = str(doc["metadata"].get("namespace") or call.namespace or "default")
+        if call.verb == "apply":
+            status, reply = cluster.apply(doc, dry_run=True, namespace=ns)
+            assert status in (200, 201), f"{line}: HTTP {status}: {reply}"
+            continue
+        if call.verb == "replace":  # --force: delete, then create the object again
+            assert "force" in call.switches, f"{line}: replace without --force needs the object"
+            path = api.path(ns, doc["metadata"]["name"])
+            status, reply = cluster.dry_run("DELETE", path)
+            assert status in (200, 202), f"{line}: delete: HTTP {status}: {reply}"
+            # The dry-run delete leaves the original in place: create under a new name.
+            doc = {**doc, "metadata": {**doc["metadata"], "name": f"{doc['metadata']['name']}-new"}}
+        else:
+            assert call.verb == "create", f"{line}: unexpected kubectl {call.verb} -f"
+        body = {**doc, "metadata": {**doc["metadata"], "namespace": ns}} if api.namespaced else doc
+        cluster.ensure_namespace(ns if api.namespaced else "")
+        status, reply = cluster.dry_run("POST", api.path(ns), body)
+        assert status == 201, f"{line}: HTTP {status}: {reply}"
+
+
+def submit_kubectl(cluster: Cluster, line: str, stdin: str = "") -> None:
     words = shlex.split(line.split(" | ")[0], comments=True)
     call = parse_kubectl(words)
     ns = call.namespace
-    if call.verb == "create":
-        assert call.args[0] == "configmap", f"unexpected kubectl create: {line}"
-        key = call.flags["from-file"].split("=", 1)[0]
-        body = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": call.args[1], "namespace": ns or "default"},
-            "data": {key: ""},
-        }
-        cluster.ensure_namespace(ns or "default")
-        status, reply = cluster.dry_run(
-            "POST", f"/api/v1/namespaces/{ns or 'default'}/configmaps", body
-        )
+    if call.verb in ("apply", "replace") or (call.verb == "create" and "f" in call.flags):
+        submit_manifests(cluster, call, line, stdin)
+        return
+    assert not stdin, f"{line}: kubectl {call.verb} does not read a here-document"
+    if call.verb == "create":  # `create configmap NAME --from-file=K=PATH`, `create secret generic`
+        namespace = ns or "default"
+        if call.args[0] == "configmap":
+            key = call.flags["from-file"].split("=", 1)[0]
+            body: dict[str, Any] = {"kind": "ConfigMap", "data": {key: ""}}
+            name, plural = call.args[1], "configmaps"
+        else:
+            assert call.args[:2] == ["secret", "generic"], f"unexpected kubectl create: {line}"
+            key, _, value = call.flags["from-literal"].partition("=")
+            body = {"kind": "Secret", "stringData": {key: value}}
+            name, plural = call.args[2], "secrets"
+        body |= {"apiVersion": "v1", "metadata": {"name": name, "namespace": namespace}}
+        cluster.ensure_namespace(namespace)
+        path = f"/api/v1/namespaces/{namespace}/{plural}"
+        status, reply = cluster.dry_run("POST", path, body)
         assert status == 201, f"{line}: HTTP {status}: {reply}"
         return
     if call.verb in ("rollout", "set"):  # `rollout restart X`, `set env X K=V`: a template patch
@@ -485,15 +607,29 @@ def check_helm(line: str) -> None:
 
 
 def submit_commands(cluster: Cluster, finding: Finding) -> None:
-    for line in code_lines(finding.remediation):
+    for line, stdin in command_lines(finding.remediation):
         assert line.startswith(("kubectl ", "helm ")), f"mixes commands with other text: {line}"
         if line.startswith("helm "):
+            assert not stdin, f"{line}: unexpected here-document"
             check_helm(line)
         else:
-            submit_kubectl(cluster, line)
+            submit_kubectl(cluster, line, stdin)
 
 
 # --------------------------------------------------------------------------- the test
+
+
+# Fixture objects the apiserver refuses, where that is what the check finds: a remediation
+# for them is checked by creating the fixed object under a new name (dry-run).
+INVALID_BY_DESIGN: dict[str, dict[ObjectKey, str]] = {
+    "GPU-WL-001/fail-fractional-and-request-only": {
+        ("Deployment", "ml", "half-gpu"): "a fractional GPU limit",
+        ("Job", "ml", "request-only"): "a GPU request without a limit",
+    },
+    "GPU-WL-001/fail-request-differs-from-limit": {
+        ("Pod", "ml", "mismatch"): "a GPU request different from its limit",
+    },
+}
 
 
 def findings_of(fixture: Path) -> Iterator[Finding]:
@@ -506,11 +642,15 @@ def test_remediations_pass_a_server_side_dry_run(
     fixture: Path, kube_request: KubeRequest, discovery: Discovery
 ) -> None:
     cluster = Cluster(kube_request, discovery)
-    seeded = seed(cluster, fixture)
     found = list(findings_of(fixture))
     assert found, "a fail fixture must produce findings"
-    for finding in found:
-        if is_command(finding.remediation):
-            submit_commands(cluster, finding)
-        else:
-            submit_yaml(cluster, finding, seeded)
+    with seeded_fixture(cluster, fixture) as seeded:
+        expected = INVALID_BY_DESIGN.get(f"{fixture.parent.name}/{fixture.stem}", {})
+        assert seeded.rejected.keys() == expected.keys(), (
+            f"the apiserver rejected fixture objects: {seeded.rejected}"
+        )
+        for finding in found:
+            if is_command(finding.remediation):
+                submit_commands(cluster, finding)
+            else:
+                submit_yaml(cluster, finding, seeded)

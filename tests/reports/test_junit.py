@@ -14,22 +14,7 @@ from click.testing import CliRunner
 from gpu_audit.cli import main
 from gpu_audit.reports.junit import render_junit
 
-EXEMPTED_POD = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: half-gpu
-  namespace: ml
-  annotations:
-    gpu-audit.io/exempt: GPU-WL-001
-    gpu-audit.io/exempt-reason: MIG migration tracked in OPS-12
-spec:
-  containers:
-  - name: main
-    image: nvcr.io/nvidia/pytorch:24.05-py3
-    resources:
-      limits: {nvidia.com/gpu: "0.5"}
-"""
+EXEMPTED_POD = Path(__file__).resolve().parents[2] / "fixtures" / "reports" / "exempted-pod.yaml"
 COUNTS = ("tests", "failures", "errors", "skipped")
 
 
@@ -128,8 +113,7 @@ def test_checks_not_evaluated_are_skipped_with_their_reason(
 
 
 def test_exempted_findings_are_skipped(runner: CliRunner, tmp_path: Path) -> None:
-    manifest = tmp_path / "pod.yaml"
-    manifest.write_text(EXEMPTED_POD, encoding="utf-8")
+    manifest = EXEMPTED_POD
     document, root = scan(runner, manifest, tmp_path / "out")
     assert_counts_add_up(root)
     (exempted,) = document["exempted_findings"]

@@ -17,22 +17,7 @@ from jsonschema import Draft4Validator
 from gpu_audit.cli import main
 from gpu_audit.reports.sarif import FINGERPRINT_KEY, build_sarif, render_sarif
 
-EXEMPTED_POD = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: half-gpu
-  namespace: ml
-  annotations:
-    gpu-audit.io/exempt: GPU-WL-001
-    gpu-audit.io/exempt-reason: MIG migration tracked in OPS-12
-spec:
-  containers:
-  - name: main
-    image: nvcr.io/nvidia/pytorch:24.05-py3
-    resources:
-      limits: {nvidia.com/gpu: "0.5"}
-"""
+EXEMPTED_POD = Path(__file__).resolve().parents[2] / "fixtures" / "reports" / "exempted-pod.yaml"
 LEVELS = {"critical": "error", "high": "error", "medium": "warning", "low": "note", "info": "note"}
 BANDS = {"critical": (9.0, 10.0), "high": (7.0, 8.9), "medium": (4.0, 6.9), "low": (0.1, 3.9)}
 
@@ -153,8 +138,7 @@ def test_checks_not_evaluated_are_notifications(
 def test_annotation_exemption_is_an_in_source_suppression(
     runner: CliRunner, tmp_path: Path, validator: Draft4Validator
 ) -> None:
-    manifest = tmp_path / "pod.yaml"
-    manifest.write_text(EXEMPTED_POD, encoding="utf-8")
+    manifest = EXEMPTED_POD
     document, log = scan(runner, manifest, tmp_path / "out")
     assert schema_errors(validator, log) == []
     (exempted,) = document["exempted_findings"]

@@ -10,6 +10,7 @@ definition. Every mistake in a file is an InputError naming the file and the fie
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -44,6 +45,7 @@ PRESENCE_OPERATORS = ("exists", "absent")
 OPERATORS = PRESENCE_OPERATORS + VALUE_OPERATORS
 COMBINATORS = ("all_of", "any_of")
 MODIFIERS = ("if_absent", "match")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TOP_LEVEL_KEYS = frozenset(
     {
         "id",
@@ -101,6 +103,7 @@ class Leaf:
     operand: Any
     if_absent: bool
     match_any: bool
+    fix: tuple[tuple[str, str], ...] = ()  # remediation values when this test fails
 
     def holds(self, document: Mapping[str, Any]) -> bool:
         values = [m.value for m in self.path.find(document) if m.value is not None]
@@ -115,6 +118,9 @@ class Leaf:
 
     def first_failing(self, document: Mapping[str, Any]) -> Leaf | None:
         return None if self.holds(document) else self
+
+    def leaves(self) -> Iterator[Leaf]:
+        yield self
 
     def failure_path(self, document: Mapping[str, Any]) -> str:
         """Where a failing condition points: the first offending value, else the path."""
@@ -147,6 +153,10 @@ class Combined:
             if leaf is not None:
                 return leaf
         return None  # pragma: no cover - a failing combination has a failing part
+
+    def leaves(self) -> Iterator[Leaf]:
+        for part in self.parts:
+            yield from part.leaves()
 
 
 Condition = Leaf | Combined
@@ -204,7 +214,7 @@ def _parse_condition(raw: object, field: str) -> Condition:
         return Combined(
             name, tuple(_parse_condition(p, f"{field}.{name}[{i}]") for i, p in enumerate(parts))
         )
-    unknown = sorted(set(raw) - {"path", *MODIFIERS, *OPERATORS})
+    unknown = sorted(set(raw) - {"path", "fix", *MODIFIERS, *OPERATORS})
     if unknown:
         known = ", ".join((*OPERATORS, *COMBINATORS))
         raise _FieldError(f"{field}.{unknown[0]}", f"unknown condition (expected one of {known})")
@@ -222,7 +232,18 @@ def _parse_condition(raw: object, field: str) -> Condition:
         _parse_operand(operator, raw[operator], f"{field}.{operator}"),
         _parse_modifier(raw, "if_absent", operator, field) is True,
         _parse_modifier(raw, "match", operator, field) == "any",
+        _parse_fix(raw.get("fix", {}), f"{field}.fix"),
     )
+
+
+def _parse_fix(raw: object, field: str) -> tuple[tuple[str, str], ...]:
+    """`fix`: names and values the remediation template gets when this test fails."""
+    if not isinstance(raw, Mapping) or not all(
+        isinstance(k, str) and _IDENTIFIER.match(k) and isinstance(v, str | int | float)
+        for k, v in raw.items()
+    ):
+        raise _FieldError(field, "must map template names (letters, digits, _) to strings")
+    return tuple((str(k), str(v)) for k, v in sorted(raw.items()))
 
 
 def _parse_path(text: object, field: str) -> JSONPath:
@@ -370,7 +391,15 @@ def _evaluator(
                 yield passed(subject, pass_message)
                 continue
             field = leaf.failure_path(document)
-            fix = {"container": subject.name} if isinstance(subject, Container) else {}
+            fix = (
+                {
+                    "container": subject.name,
+                    "section": "initContainers" if subject.init else "containers",
+                }
+                if isinstance(subject, Container)
+                else {}
+            )
+            fix.update(leaf.fix)
             yield failed(subject, fail_message, path=_join(prefix, field), fix=fix)
 
     return evaluate
@@ -404,6 +433,7 @@ def _build(raw: Mapping[str, Any], stem: str, origin_file: str) -> Check:
     target = _parse_target(raw["target"])
     where = _parse_condition(raw["where"], "where") if "where" in raw else None
     require = _parse_condition(raw["require"], "require")
+    _check_template_names(_text(raw, "remediation"), target, require)
     function = _evaluator(target, where, require, _messages(raw))
     function.__name__ = function.__qualname__ = stem
     function.__module__ = origin_file
@@ -426,6 +456,25 @@ def _build(raw: Mapping[str, Any], stem: str, origin_file: str) -> Check:
         field = "remediation_root" if "remediation_root" in str(exc) else "id"
         raise _FieldError(field, str(exc)) from None
     return declared(function)
+
+
+def _check_template_names(remediation: str, target: TargetSpec, require: Condition) -> None:
+    """Every $name of the remediation is one the engine fills in, or one each test of
+    `require` gives in its `fix`: a finding points at any one of them."""
+    given = {"kind", "namespace", "name"}
+    if target.scope == "container":
+        given |= {"container", "section"}
+    template = string.Template(remediation)
+    if not template.is_valid():
+        raise _FieldError("remediation", "is not a valid template (write $$ for a literal $)")
+    names = set(template.get_identifiers())
+    for leaf in require.leaves():
+        missing = sorted(names - given - {k for k, _ in leaf.fix})
+        if missing:
+            raise _FieldError(
+                "remediation",
+                f"uses ${missing[0]}, which the test of {leaf.text} does not give in its `fix`",
+            )
 
 
 def load_check_file(path: Path) -> Check:

@@ -1,3 +1,4 @@
+import json
 from collections.abc import Iterator
 from decimal import Decimal
 
@@ -15,6 +16,7 @@ from gpu_audit.api import (
     format_quantity,
     is_gpu_resource,
     passed,
+    templates_of,
     top_owner,
 )
 from gpu_audit.checks.cost._common import pod_gpus
@@ -159,37 +161,60 @@ def _clean_pod_policy(job: Resource, replica_types: int) -> Result:
     return passed(job, f"cleans up its pods when it finishes (cleanPodPolicy {policy})")
 
 
+_POLICY = {"cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 3600}
+
+
 def _policy_snippet() -> str:
-    return "spec:\n  runPolicy:\n    cleanPodPolicy: Running\n    ttlSecondsAfterFinished: 3600"
+    return "spec:\n  runPolicy:\n" + "".join(f"    {k}: {v}\n" for k, v in _POLICY.items()).rstrip()
 
 
 def _cleanup_snippet(job: Resource) -> str:
+    namespace, name = job.ref.namespace, job.ref.name
     if job.ref.kind in KUBEFLOW_REPLICA_KEYS:
+        kind, _, group = job.ref.kind.partition(".")
+        patch = json.dumps({"spec": {"runPolicy": _POLICY}}, separators=(",", ":"))
         return (
-            f"kubectl delete pod -n {job.ref.namespace} -l training.kubeflow.org/job-name="
-            f"{job.ref.name} --field-selector=status.phase=Running\n"
-            "# and keep it from recurring:\n" + _policy_snippet()
+            f"kubectl delete pod -n {namespace} -l training.kubeflow.org/job-name={name} "
+            "--field-selector=status.phase=Running\n"
+            "# and keep it from recurring:\n"
+            f"kubectl patch {kind.lower()}.{group}/{name} -n {namespace} --type=merge -p '{patch}'"
         )
     if job.ref.kind == "Job":
         return (
-            f"kubectl delete pod -n {job.ref.namespace} -l batch.kubernetes.io/job-name="
-            f"{job.ref.name} --field-selector=status.phase=Running"
+            f"kubectl delete pod -n {namespace} -l batch.kubernetes.io/job-name={name} "
+            "--field-selector=status.phase=Running"
         )
-    return f"kubectl delete -n {job.ref.namespace} jobs.batch.volcano.sh {job.ref.name}"
+    return f"kubectl delete -n {namespace} jobs.batch.volcano.sh {name}"
 
 
 def _sidecar_snippet(owner: Resource, container: str) -> str:
+    """The container moved from containers to initContainers with restartPolicy Always, as a
+    strategic-merge patch: deleted from one list, added whole to the other."""
     path = (
         "spec.jobTemplate.spec.template.spec"
         if owner.ref.kind == "CronJob"
         else "spec.template.spec"
     )
+    raw = next(
+        (
+            c.raw
+            for t in templates_of(owner)
+            for c in t.containers()
+            if not c.init and c.name == container
+        ),
+        {"name": container},
+    )
+    sidecar = json.dumps({**raw, "restartPolicy": "Always"}, sort_keys=True)
     keys = path.split(".")
     lines = [f"{'  ' * depth}{key}:" for depth, key in enumerate(keys)]
     pad = "  " * len(keys)
     lines += [
+        f"{pad}containers:",
+        f"{pad}  - name: {container}",
+        f"{pad}    $patch: delete   # moved to initContainers",
         f"{pad}initContainers:   # a native sidecar stops when the main containers finish",
-        f"{pad}  - name: {container}   # moved here from containers",
-        f"{pad}    restartPolicy: Always",
+        f"{pad}  - {sidecar}",
     ]
+    if owner.ref.kind == "Job":
+        lines.insert(0, "# a Job's pod template cannot change: recreate the Job with this")
     return "\n".join(lines)

@@ -20,6 +20,10 @@ from gpu_audit.checks.distributed._common import (
 )
 
 _RESTARTING = frozenset({"OnFailure", "Always", "ExitCode"})
+# A podFailurePolicy needs pods that fail rather than restart in place.
+_NEVER_RESTART = (
+    "\ntemplate:\n  spec:\n    restartPolicy: Never   # podFailurePolicy rejects OnFailure"
+)
 
 
 @check(
@@ -50,6 +54,7 @@ _RESTARTING = frozenset({"OnFailure", "Always", "ExitCode"})
     references=(
         "https://kubernetes.io/docs/concepts/workloads/controllers/job/#job-termination-and-cleanup",
         "https://kubernetes.io/docs/tasks/job/pod-failure-policy/",
+        "https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-replacement-policy",
         "https://github.com/kubeflow/training-operator/blob/6523d8d2b7a27f1140a05971843cc4da7523694f/sdk/python/docs/V1RunPolicy.md",
     ),
 )
@@ -96,15 +101,18 @@ def _problems(job: TrainingJob) -> Iterator[Problem]:
             _job_snippet(job, "activeDeadlineSeconds: 86400"),
         )
     if any(runs_on_spot(t) for t in job.templates) and not _ignores_disruptions(spec):
+        policy = (
+            "podFailurePolicy:\n  rules:\n    - action: Ignore\n"
+            "      onPodConditions: [{type: DisruptionTarget}]\n"
+            "podReplacementPolicy: Failed   # the only value a podFailurePolicy allows"
+        )
+        if any(t.spec.get("restartPolicy") == "OnFailure" for t in job.templates):
+            policy += _NEVER_RESTART
         yield (
             Severity.LOW,
             "runs on spot nodes but each interruption counts against backoffLimit",
             f"{base}.podFailurePolicy",
-            _job_snippet(
-                job,
-                "podFailurePolicy:\n  rules:\n    - action: Ignore\n"
-                "      onPodConditions: [{type: DisruptionTarget}]",
-            ),
+            _job_snippet(job, policy),
         )
 
 

@@ -31,6 +31,8 @@ GANG_TYPES = (*KUBEFLOW_REPLICA_KEYS, VOLCANO_JOB, "Job", TRAINJOB)
 
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 LOCAL_QUEUE = "LocalQueue.kueue.x-k8s.io"
+# The LocalQueue name of Kueue's own examples, offered when the namespace has none.
+DEFAULT_QUEUE = "user-queue"
 COSCHEDULING_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
 COSCHEDULING_PODGROUP = "PodGroup.scheduling.x-k8s.io"
 VOLCANO_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
@@ -114,7 +116,7 @@ def multi_worker_jobs_gang_scheduled(snapshot: Snapshot) -> Iterator[Result]:
         if total < 2 or gpus == 0:
             continue
         gang = _gang(snapshot, job, groups, total)
-        yield _verdict(job, gang, total, gpus)
+        yield _verdict(job, gang, total, gpus, _queue_for(snapshot, job))
 
 
 def _talks_to_peers(job: Resource, groups: tuple[ReplicaGroup, ...]) -> bool:
@@ -134,19 +136,27 @@ def _talks_to_peers(job: Resource, groups: tuple[ReplicaGroup, ...]) -> bool:
     return False
 
 
-def _verdict(job: Resource, gang: Gang | None, total: int, gpus: int) -> Result:
+def _queue_for(snapshot: Snapshot, job: Resource) -> str:
+    """A LocalQueue of the job's namespace for the Kueue alternative, "" when none is known."""
+    names = sorted(
+        q.ref.name for q in snapshot.of(LOCAL_QUEUE) if q.ref.namespace == job.ref.namespace
+    )
+    return names[0] if names else ""
+
+
+def _verdict(job: Resource, gang: Gang | None, total: int, gpus: int, queue: str) -> Result:
     if gang is None:
         return failed(
             job,
             f"runs {total} pods ({gpus} with GPUs) without gang scheduling: under GPU "
             "pressure jobs get partly placed and deadlock holding GPUs",
-            fix={"problem": "not gang-scheduled", "snippet": _gang_snippet(job, total)},
+            fix={"problem": "not gang-scheduled", "snippet": _gang_snippet(job, total, queue)},
         )
     if gang.missing:
         return failed(
             job,
             f"is meant to be gang-scheduled by {gang.how}, but {gang.missing}",
-            fix={"problem": gang.missing, "snippet": _gang_snippet(job, total)},
+            fix={"problem": gang.missing, "snippet": _gang_snippet(job, total, queue)},
         )
     if gang.minimum is not None and gang.minimum > total:
         return failed(
@@ -346,7 +356,7 @@ def _judge_trainjob(snapshot: Snapshot, job: Resource) -> Result | None:
         gang = Gang(f"the podGroupPolicy of {kind} {runtime.ref.name}")
     else:
         gang = None
-    return _verdict(job, gang, nodes, nodes)
+    return _verdict(job, gang, nodes, nodes, _queue_for(snapshot, job))
 
 
 def _trainjob_gpus(trainer: object) -> bool:
@@ -366,10 +376,16 @@ def _runtime_gpus(runtime: Resource) -> bool:
     return False
 
 
-def _gang_snippet(job: Resource, total: int) -> str:
+def _gang_snippet(job: Resource, total: int, queue: str) -> str:
+    where = (
+        f"LocalQueue {queue} of {job.ref.namespace}"
+        if queue
+        else f"a LocalQueue to create in {job.ref.namespace} (none is in the input)"
+    )
     kueue = (
-        "# or let Kueue admit the whole job at once:\n"
-        f"metadata:\n  labels:\n    {KUEUE_QUEUE}: <local-queue>"
+        f"# or let Kueue admit the whole job at once, through {where}\n"
+        "# (Kueue suspends a job when it is created: set the label in the manifest):\n"
+        f"metadata:\n  labels:\n    {KUEUE_QUEUE}: {queue or DEFAULT_QUEUE}"
     )
     kind = job.ref.kind
     if kind in KUBEFLOW_REPLICA_KEYS:

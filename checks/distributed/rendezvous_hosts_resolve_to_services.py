@@ -212,7 +212,7 @@ def _judge(
     return failed(
         container,
         f"{problem}; every rank waits in rendezvous holding its GPUs",
-        fix=_fix(template, candidates[chosen], problem),
+        fix=_fix(snapshot, container, endpoint, candidates[chosen], problem),
     )
 
 
@@ -292,20 +292,67 @@ def _flow(mapping: Mapping[str, str]) -> str:
     return json.dumps(dict(sorted(mapping.items())), separators=(", ", ": "))
 
 
-def _fix(template: PodTemplate, candidate: tuple[str, ...], problem: str) -> dict[str, str]:
+def _fix(
+    snapshot: Snapshot,
+    container: Container,
+    endpoint: Endpoint,
+    candidate: tuple[str, ...],
+    problem: str,
+) -> dict[str, str]:
+    template = container.template
     owner = template.owner
     service = candidate[2] if candidate[0] == "pod" else candidate[1]
     if owner.ref.kind == "Job":
         selector = {"batch.kubernetes.io/job-name": owner.ref.name}
     else:
         selector = template.labels or {"app": owner.ref.name}
+    existing = snapshot.get("Service", owner.ref.namespace, service)
+    rename = ""
+    if candidate[0] == "pod" and existing is not None and existing.spec.get("clusterIP") != "None":
+        # A Service's clusterIP cannot be changed to None in place, and other clients may use
+        # the ClusterIP Service: the pod records come from a new headless Service.
+        rename = f"{candidate[1]}.{service}-headless"
+        service = f"{service}-headless"
     if owner.ref.kind == "StatefulSet":
-        patch = f"spec:\n  serviceName: {service}"
+        patch = (
+            "# spec.serviceName cannot change in place: if it differs, delete the StatefulSet\n"
+            "# with --cascade=orphan and apply it again with\n"
+            f"spec:\n  serviceName: {service}"
+        )
     elif "[" in template.path:
         patch = f"# set subdomain: {service} in {template.path}"
     else:
         keys = template.path.split(".")
+        pad = "  " * len(keys)
         lines = [f"{'  ' * depth}{key}:" for depth, key in enumerate(keys)]
-        lines.append(f"{'  ' * len(keys)}subdomain: {service}   # must equal the Service name")
+        lines.append(f"{pad}subdomain: {service}   # must equal the Service name")
+        if rename:
+            lines += _point_at(container, endpoint, rename, pad)
         patch = "\n".join(lines)
+    if owner.ref.kind in ("Job", "Pod"):
+        patch = (
+            f"# (a {owner.ref.kind}'s pod template cannot change: recreate it with this)\n{patch}"
+        )
     return {"problem": problem, "service": service, "selector": _flow(selector), "pod_patch": patch}
+
+
+def _point_at(container: Container, endpoint: Endpoint, host: str, pad: str) -> list[str]:
+    """The container's endpoint rewritten to `host`: the env entry, or the command and args
+    that spell the old host out (lists are replaced whole by a strategic merge)."""
+    section = "initContainers" if container.init else "containers"
+    lines = [f"{pad}{section}:", f"{pad}  - name: {container.name}"]
+    if endpoint.source.startswith("env "):
+        name = endpoint.source.removeprefix("env ")
+        old = str(container.env()[name].get("value", ""))
+        # A value built from $(VARS) is replaced by the host it resolved to.
+        value = old.replace(endpoint.host, host) if endpoint.host in old else host
+        entry = json.dumps({"name": name, "value": value})
+        return [*lines, f"{pad}    env:", f"{pad}      - {entry}"]
+    for field in ("command", "args"):
+        parts = [str(p) for p in as_list(container.raw.get(field))]
+        if any(endpoint.host in part for part in parts):
+            rewritten = [part.replace(endpoint.host, host) for part in parts]
+            lines.append(f"{pad}    {field}: {json.dumps(rewritten)}")
+    if len(lines) == 2:  # the host is built from variables
+        return [f"{pad}# and point {endpoint.source} at {host}"]
+    return lines

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 
 from gpu_audit.api import (
@@ -8,14 +9,23 @@ from gpu_audit.api import (
     Result,
     Severity,
     Snapshot,
+    as_list,
     as_mapping,
     check,
     failed,
+    label_selector_matches,
     passed,
     str_map,
 )
 
-from ._common import POD_MONITOR, PROMETHEUS, SERVICE_MONITOR, prometheus_selects, prometheuses
+from ._common import (
+    POD_MONITOR,
+    PROMETHEUS,
+    SERVICE_MONITOR,
+    namespace_labels,
+    prometheus_selects,
+    prometheuses,
+)
 
 _MANAGED_SELECTORS = (
     "serviceMonitorSelector",
@@ -24,6 +34,8 @@ _MANAGED_SELECTORS = (
     "scrapeConfigSelector",
 )
 _NS_SELECTORS = ("serviceMonitorNamespaceSelector", "podMonitorNamespaceSelector")
+# The API server labels every Namespace with its name.
+_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 @check(
@@ -50,17 +62,14 @@ _NS_SELECTORS = ("serviceMonitorNamespaceSelector", "podMonitorNamespaceSelector
     """,
     remediation="""
         # $kind $namespace/$name: $problem
-        # either give the monitor the labels a Prometheus selects ...
-        metadata:
-          labels: $labels
-        # ... or widen the Prometheus (kube-prometheus-stack values):
-        #   prometheus.prometheusSpec.serviceMonitorSelectorNilUsesHelmValues: false
-        #   prometheus.prometheusSpec.serviceMonitorNamespaceSelector: {}
-        # a namespace selector by name: {matchLabels: {kubernetes.io/metadata.name: $namespace}}
+        $snippet
+        # (kube-prometheus-stack: prometheus.prometheusSpec.serviceMonitorSelectorNilUsesHelmValues:
+        # false and serviceMonitorNamespaceSelector: {} select every ServiceMonitor.)
     """,
     references=(
         "https://github.com/prometheus-operator/prometheus-operator/blob/main/Documentation/api.md",
         "https://github.com/prometheus-operator/prometheus-operator/issues/1331",
+        "https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors",
     ),
 )
 def monitors_selected_by_a_prometheus(snapshot: Snapshot) -> Iterator[Result]:
@@ -78,7 +87,10 @@ def monitors_selected_by_a_prometheus(snapshot: Snapshot) -> Iterator[Result]:
             field = _field(monitor)
             problem = "no Prometheus selects it: " + "; ".join(_summary(p, field) for p in managed)
             yield failed(
-                monitor, problem, path="metadata.labels", fix=_fix(monitor, managed, problem)
+                monitor,
+                problem,
+                path="metadata.labels",
+                fix=_fix(snapshot, monitor, managed, problem),
             )
 
 
@@ -110,13 +122,64 @@ def _summary(prometheus: Resource, field: str) -> str:
     )
 
 
-def _fix(monitor: Resource, managed: list[Resource], problem: str) -> dict[str, str]:
-    wanted = dict(monitor.labels)
-    for prometheus in managed:
-        selector = prometheus.spec.get(f"{_field(monitor)}Selector")
-        wanted.update(str_map(as_mapping(selector).get("matchLabels")))
-    labels = ", ".join(f'"{k}": "{v}"' for k, v in sorted(wanted.items()))
-    return {"problem": problem.replace("\n", " "), "labels": "{" + labels + "}"}
+def _fix(
+    snapshot: Snapshot, monitor: Resource, managed: list[Resource], problem: str
+) -> dict[str, str]:
+    """Commands that make one Prometheus select the monitor: the monitor's labels for its
+    monitor selector, and the monitor's namespace for its namespace selector."""
+    field = _field(monitor)
+    prometheus = next(
+        (p for p in managed if isinstance(p.spec.get(f"{field}Selector"), Mapping)), managed[0]
+    )
+    target = f"{_resource(prometheus)}/{prometheus.ref.name} -n {prometheus.ref.namespace}"
+    namespace = monitor.ref.namespace
+    lines: list[str] = []
+    selector = prometheus.spec.get(f"{field}Selector")
+    if not isinstance(selector, Mapping):
+        wanted = {f"{field}Selector": {"matchLabels": dict(monitor.labels)}}
+        lines.append(f"kubectl patch {target} --type=merge -p '{_json({'spec': wanted})}'")
+    elif not label_selector_matches(selector, monitor.labels):
+        lines += _label(
+            f"{_resource(monitor)}/{monitor.ref.name} -n {namespace}",
+            str_map(selector.get("matchLabels")),
+            selector,
+        )
+    ns_selector = prometheus.spec.get(f"{field}NamespaceSelector")
+    if not isinstance(ns_selector, Mapping):
+        if namespace != prometheus.ref.namespace:
+            # null means the Prometheus's own namespace: keep it, and add the monitor's.
+            names = sorted({prometheus.ref.namespace, namespace})
+            expression = {"key": _NAME_LABEL, "operator": "In", "values": names}
+            covered = {f"{field}NamespaceSelector": {"matchExpressions": [expression]}}
+            lines.append(f"kubectl patch {target} --type=merge -p '{_json({'spec': covered})}'")
+    elif not label_selector_matches(ns_selector, namespace_labels(snapshot, namespace)):
+        labels = str_map(ns_selector.get("matchLabels"))
+        lines += _label(f"namespace/{namespace}", labels, ns_selector)
+    return {"problem": problem.replace("\n", " "), "snippet": "\n".join(lines)}
+
+
+def _label(target: str, labels: Mapping[str, str], selector: Mapping[str, object]) -> list[str]:
+    pairs = " ".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    lines = [f"kubectl label {target} {pairs} --overwrite"] if pairs else []
+    if selector.get("matchExpressions"):
+        lines.append(f"# and satisfy its matchExpressions: {_json(selector['matchExpressions'])}")
+    return lines
+
+
+def _resource(resource: Resource) -> str:
+    kind, _, group = resource.ref.kind.partition(".")
+    return f"{kind.lower()}.{group}"
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), default=_plain)
+
+
+def _plain(value: object) -> object:
+    """Snapshot values are read-only mappings and tuples; JSON wants dicts and lists."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"not JSON: {type(value).__name__}")
 
 
 def _selector_shape(prometheus: Resource) -> Iterator[Result]:
@@ -132,5 +195,23 @@ def _selector_shape(prometheus: Resource) -> Iterator[Result]:
                 problem,
                 path=f"spec.{field}",
                 severity=Severity.MEDIUM,
-                fix={"problem": problem, "labels": "{}"},
+                fix={"problem": problem, "snippet": _names_as_expression(field, selector)},
             )
+
+
+def _names_as_expression(field: str, selector: Mapping[str, object]) -> str:
+    """What matchNames meant, as a LabelSelector: the automatic namespace-name label In the
+    names, next to the selector's other requirements (a merge patch replaces the list)."""
+    names = sorted(str(n) for n in as_list(selector.get("matchNames")))
+    expressions = [
+        *as_list(selector.get("matchExpressions")),
+        {"key": _NAME_LABEL, "operator": "In", "values": names},
+    ]
+    lines = [
+        "spec:",
+        f"  {field}:",
+        "    matchNames: null   # not a LabelSelector field",
+        "    matchExpressions:",
+        *(f"      - {_json(e)}" for e in expressions),
+    ]
+    return "\n".join(lines)

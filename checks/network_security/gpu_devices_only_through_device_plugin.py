@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 from gpu_audit.api import (
@@ -28,6 +29,20 @@ from ._common import is_nvidia_stack
 # which contains it), GPU, render, RDMA, ROCm and VFIO passthrough nodes.
 _DEVICE_PREFIXES = ("/dev/nvidia", "/dev/dri", "/dev/infiniband", "/dev/kfd", "/dev/vfio")
 _NO_DEVICES = ("void", "none", "")
+# Container fields, under `- name: <container>` of a pod-spec fragment.
+_UNPRIVILEGED = """\
+    securityContext:
+      privileged: false
+      allowPrivilegeEscalation: false"""
+_GPU_LIMIT_COMMENT = """
+    # if it uses GPUs: resources: {limits: {nvidia.com/gpu: 1}}"""
+_VISIBLE_DEVICES_FROM_PLUGIN = """\
+    env:
+      - name: NVIDIA_VISIBLE_DEVICES
+        $patch: delete   # strategic merge: removes the entry
+    resources:
+      limits:
+        nvidia.com/gpu: 1   # the device plugin sets NVIDIA_VISIBLE_DEVICES to the allocated GPU"""
 
 
 @check(
@@ -58,21 +73,19 @@ _NO_DEVICES = ("void", "none", "")
     """,
     remediation="""
         # $kind $namespace/$name ($where): $problem
-        # Request devices through the scheduler instead:
-        resources:
-          limits:
-            nvidia.com/gpu: 1   # or a MIG slice / DRA ResourceClaim; RDMA via its device plugin
-        securityContext:
-          privileged: false
-          allowPrivilegeEscalation: false
-        # and remove the hostPath volume / NVIDIA_VISIBLE_DEVICES env; enforce namespace-wide:
+        # Request devices through the scheduler instead (a GPU, a MIG slice, a DRA
+        # ResourceClaim; RDMA through its device plugin):
+        $fragment
+        # Enforce it namespace-wide:
         #   kubectl label namespace $namespace pod-security.kubernetes.io/enforce=baseline
     """,
     references=(
         "https://kubernetes.io/docs/concepts/security/pod-security-standards/",
         "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",
         "https://github.com/NVIDIA/k8s-device-plugin#readme",
+        "https://kubernetes.io/docs/tasks/manage-kubernetes-objects/update-api-object-kubectl-patch/",
     ),
+    remediation_root="pod_spec",
 )
 def gpu_devices_only_through_device_plugin(snapshot: Snapshot) -> Iterator[Result]:
     gpu_node_list = gpu_nodes(snapshot) if snapshot.count("Node") else None
@@ -107,13 +120,52 @@ def _host_device_volumes(template: PodTemplate) -> Iterator[Result]:
         path = raw.rstrip("/") or "/"
         if path in ("/", "/dev") or path.startswith(_DEVICE_PREFIXES):
             what = "the host root (including /dev)" if path == "/" else path
-            problem = f"hostPath volume {volume.get('name', '')!s} mounts {what}"
+            name = str(volume.get("name", ""))
+            problem = f"hostPath volume {name} mounts {what}"
             yield failed(
                 template,
                 f"{problem}: device nodes outside the device plugin's allocation and isolation",
                 path=f"{template.path}.volumes[{index}].hostPath",
-                fix={"where": f"volume {volume.get('name', '')}", "problem": problem},
+                fix={
+                    "where": f"volume {name}",
+                    "problem": problem,
+                    "fragment": _remove_volume(template, name),
+                },
             )
+
+
+def _remove_volume(template: PodTemplate, name: str) -> str:
+    """Strategic-merge deletes of the volume and of every mount of it (volumeMounts merge by
+    mountPath): a mount of a volume that no longer exists makes the pod invalid."""
+    lines = ["volumes:", f"  - name: {json.dumps(name)}", "    $patch: delete"]
+    for section, containers in _by_section(template).items():
+        entries = []
+        for container in containers:
+            paths = [
+                str(m.get("mountPath", ""))
+                for m in map(as_mapping, as_list(container.raw.get("volumeMounts")))
+                if m.get("name") == name
+            ]
+            if paths:
+                entries.append(f"  - name: {json.dumps(container.name)}")
+                entries.append("    volumeMounts:")
+                for mount_path in paths:
+                    entries.append(f"      - mountPath: {json.dumps(mount_path)}")
+                    entries.append("        $patch: delete")
+        if entries:
+            lines += [f"{section}:", *entries]
+    return "\n".join(lines)
+
+
+def _by_section(template: PodTemplate) -> dict[str, list[Container]]:
+    sections: dict[str, list[Container]] = {}
+    for container in template.containers():
+        sections.setdefault(_section(container), []).append(container)
+    return sections
+
+
+def _section(container: Container) -> str:
+    return "initContainers" if container.init else "containers"
 
 
 def _container_findings(
@@ -126,12 +178,18 @@ def _container_findings(
         problem = "privileged container sees every host device, including every GPU"
         if not requests_gpu:
             problem += ", without requesting one"
+        # A GPU container keeps its request; one without asks for a GPU only if it uses one.
+        request = "" if requests_gpu else _GPU_LIMIT_COMMENT
         yield failed(
             container,
             problem,
             path=f"{container.path}.securityContext.privileged",
             severity=Severity.HIGH if requests_gpu else Severity.MEDIUM,
-            fix={"where": container.describe(), "problem": problem},
+            fix={
+                "where": container.describe(),
+                "problem": problem,
+                "fragment": _container_fragment(container, _UNPRIVILEGED + request),
+            },
         )
     entry = container.env().get("NVIDIA_VISIBLE_DEVICES")
     value = entry.get("value") if entry is not None else None
@@ -145,8 +203,16 @@ def _container_findings(
             container,
             problem,
             path=f"{container.path}.env[NVIDIA_VISIBLE_DEVICES]",
-            fix={"where": container.describe(), "problem": problem},
+            fix={
+                "where": container.describe(),
+                "problem": problem,
+                "fragment": _container_fragment(container, _VISIBLE_DEVICES_FROM_PLUGIN),
+            },
         )
+
+
+def _container_fragment(container: Container, fields: str) -> str:
+    return f"{_section(container)}:\n  - name: {json.dumps(container.name)}\n{fields}"
 
 
 def _may_land_on_gpu_node(

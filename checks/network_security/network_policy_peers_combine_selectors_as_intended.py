@@ -46,13 +46,15 @@ _DIRECTIONS = (("ingress", "from"), ("egress", "to"))
     """,
     remediation="""
         # $kind $namespace/$name, $where: merge the two peers into ONE list item to mean
-        # "pods matching $pods in namespaces matching $namespaces" (AND):
-        - namespaceSelector: $namespaces
-          podSelector: $pods
-        # if the OR is intended, annotate the policy: gpu-audit.io/intent: or
+        # "pods matching $pods in namespaces matching $namespaces" (AND).
+        # The test operation refuses the patch if the list changed since the scan:
+        kubectl patch networkpolicy $name -n $namespace --type=json -p '$patch'
+        # if the OR is intended, annotate the policy instead:
+        #   kubectl annotate networkpolicy $name -n $namespace gpu-audit.io/intent=or
     """,
     references=(
         "https://kubernetes.io/docs/concepts/services-networking/network-policies/#behavior-of-to-and-from-selectors",
+        "https://kubernetes.io/docs/tasks/manage-kubernetes-objects/update-api-object-kubectl-patch/",
     ),
 )
 def network_policy_peers_combine_selectors_as_intended(snapshot: Snapshot) -> Iterator[Result]:
@@ -66,14 +68,18 @@ def network_policy_peers_combine_selectors_as_intended(snapshot: Snapshot) -> It
                 peers = [as_mapping(p) for p in as_list(rule.get(key))]
                 if any("namespaceSelector" in p or "podSelector" in p for p in peers):
                     evaluated = True
-                for result in _or_mixups(policy, f"spec.{direction}[{index}].{key}", peers):
+                pointer = f"/spec/{direction}/{index}/{key}"
+                for result in _or_mixups(policy, pointer, peers):
                     found = True
                     yield result
         if evaluated and not found:
             yield passed(policy, "every peer combines its selectors unambiguously")
 
 
-def _or_mixups(policy: Resource, path: str, peers: list[Mapping[str, Any]]) -> Iterator[Result]:
+def _or_mixups(policy: Resource, pointer: str, peers: list[Mapping[str, Any]]) -> Iterator[Result]:
+    """`pointer` is the JSON pointer of the peer list (/spec/ingress/0/from)."""
+    _, _, direction, index, key = pointer.split("/")
+    path = f"spec.{direction}[{index}].{key}"
     lone_ns = [
         p
         for p in peers
@@ -95,8 +101,42 @@ def _or_mixups(policy: Resource, path: str, peers: list[Mapping[str, Any]]) -> I
                 f"those pods in {policy.ref.namespace}; one peer with both would mean pods "
                 f"{pods} in namespaces {namespaces}",
                 path=path,
-                fix={"where": path, "namespaces": namespaces, "pods": pods},
+                fix={
+                    "where": path,
+                    "namespaces": namespaces,
+                    "pods": pods,
+                    "patch": _combine(pointer, peers, ns_peer, pod_peer),
+                },
             )
+
+
+def _combine(
+    pointer: str,
+    peers: list[Mapping[str, Any]],
+    ns_peer: Mapping[str, Any],
+    pod_peer: Mapping[str, Any],
+) -> str:
+    """A JSON patch that replaces the list with one where the two peers are one item (at the
+    place of the first), guarded by a test of the list as scanned."""
+    combined = {**ns_peer, **pod_peer}
+    first = min(peers.index(ns_peer), peers.index(pod_peer))
+    fixed = [
+        combined if i == first else p
+        for i, p in enumerate(peers)
+        if i == first or p not in (ns_peer, pod_peer)
+    ]
+    operations = [
+        {"op": "test", "path": pointer, "value": peers},
+        {"op": "replace", "path": pointer, "value": fixed},
+    ]
+    return json.dumps(operations, separators=(",", ":"), default=_plain)
+
+
+def _plain(value: object) -> object:
+    """Snapshot values are read-only mappings and tuples; JSON wants dicts and lists."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"not JSON: {type(value).__name__}")
 
 
 def _deliberate_union(

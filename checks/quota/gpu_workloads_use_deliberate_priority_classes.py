@@ -1,3 +1,4 @@
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -87,7 +88,8 @@ def gpu_workloads_use_deliberate_priority_classes(snapshot: Snapshot) -> Iterato
     batch = [p.value for t, p in compared if _kind(t) in BATCH_KINDS and p.value is not None]
     serving = [p.value for t, p in compared if _kind(t) in SERVING_KINDS and p.value is not None]
     for template, priority in priorities:
-        yield _judge(template, priority, min(batch, default=None), min(serving, default=None))
+        lowest = (min(batch, default=None), min(serving, default=None))
+        yield _judge(template, priority, *lowest, classes)
     if default is not None and _value(default) >= HIGH_DEFAULT:
         yield failed(
             default,
@@ -138,7 +140,11 @@ def _priority(
 
 
 def _judge(
-    template: PodTemplate, priority: Priority, batch_min: int | None, serving_min: int | None
+    template: PodTemplate,
+    priority: Priority,
+    batch_min: int | None,
+    serving_min: int | None,
+    classes: dict[str, Resource],
 ) -> Result:
     label = f"priority {priority.value} ({priority.name or 'no class'})"
     if priority.name in SYSTEM_CLASSES:
@@ -148,7 +154,7 @@ def _judge(
             "preempt) the control plane and the GPU stack",
             path=f"{template.path}.priorityClassName",
             severity=Severity.HIGH,
-            fix=_class_fix(template, "a tenant class instead of a system class"),
+            fix=_class_fix(template, "a tenant class instead of a system class", classes),
         )
     if priority.missing:
         return failed(
@@ -157,7 +163,7 @@ def _judge(
             "Priority admission plugin rejects its pods",
             path=f"{template.path}.priorityClassName",
             severity=Severity.HIGH,
-            fix=_class_fix(template, f"PriorityClass {priority.name} does not exist"),
+            fix=_class_fix(template, f"PriorityClass {priority.name} does not exist", classes),
         )
     if _kueue_ranked(template):
         return passed(template, "is ranked by a Kueue WorkloadPriorityClass at admission")
@@ -170,7 +176,7 @@ def _judge(
             f"serves with {label}, not above the lowest GPU batch priority {batch_min}: it "
             "cannot preempt batch GPU work to start or scale out",
             path=f"{template.path}.priorityClassName",
-            fix=_class_fix(template, "serving cannot preempt batch GPU work"),
+            fix=_class_fix(template, "serving cannot preempt batch GPU work", classes),
         )
     if (
         kind in BATCH_KINDS
@@ -183,23 +189,55 @@ def _judge(
             f"runs batch GPU work at {label}, above a GPU serving workload ({serving_min}), "
             "and may preempt it",
             path=f"{template.path}.priorityClassName",
-            fix=_class_fix(template, "batch GPU work can preempt serving"),
+            fix=_class_fix(template, "batch GPU work can preempt serving", classes),
         )
     return passed(template, f"runs at {label}")
 
 
-def _class_fix(template: PodTemplate, problem: str) -> dict[str, str]:
+def _class_fix(template: PodTemplate, problem: str, classes: dict[str, Resource]) -> dict[str, str]:
     if _kind(template) in SERVING_KINDS:
         name, value, policy, what = "gpu-production", 100000, "PreemptLowerPriority", "serving"
     else:
         name, value, policy, what = "gpu-research", 1000, "Never", "batch"
-    keys = [] if "[" in template.path else template.path.split(".")
-    patch = [f"{'  ' * depth}{key}:" for depth, key in enumerate(keys)]
-    patch.append(f"{'  ' * len(keys)}priorityClassName: {name}")
-    snippet = (
+    manifest = (
         "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\n"
         f"metadata:\n  name: {name}\nvalue: {value}\npreemptionPolicy: {policy}\n"
-        f"description: GPU {what} workloads\n---\n"
-        f"# and in the pod template ({template.path}):\n" + "\n".join(patch)
+        f"description: GPU {what} workloads\n"
     )
-    return {"problem": problem, "snippet": snippet}
+    existing = classes.get(name)
+    if existing is None or (
+        _value(existing) == value
+        and (existing.raw.get("preemptionPolicy") or "PreemptLowerPriority") == policy
+    ):
+        keys = [] if "[" in template.path else template.path.split(".")
+        patch = [f"{'  ' * depth}{key}:" for depth, key in enumerate(keys)]
+        patch.append(f"{'  ' * len(keys)}priorityClassName: {name}")
+        where = f"# and in the pod template ({template.path}):"
+        return {"problem": problem, "snippet": "\n".join([f"{manifest}---", where, *patch])}
+    # value and preemptionPolicy of a PriorityClass are immutable: recreate the class.
+    lines = [
+        f"# PriorityClass {name} exists with value {_value(existing)}, which cannot change in",
+        "# place: recreate it. Running pods keep their priority until they are replaced, and",
+        "# pods created while it is being replaced are rejected: do it in a quiet moment.",
+        f"kubectl replace --force -f - <<'EOF'\n{manifest}EOF",
+    ]
+    if template.spec.get("priorityClassName") != name:
+        lines.append(_use_class(template, name))
+    return {"problem": problem, "snippet": "\n".join(lines)}
+
+
+def _use_class(template: PodTemplate, name: str) -> str:
+    """A command that points the template at the class, where its owner can take one."""
+    owner = template.owner.ref
+    if owner.kind in ("Job", "Pod") or "[" in template.path:
+        return (
+            f"# and set priorityClassName: {name} at {template.path} of {owner.kind} "
+            f"{owner.namespace}/{owner.name} (recreate it: that field cannot change in place)"
+        )
+    body: object = {"priorityClassName": name}
+    for key in reversed(template.path.split(".")):
+        body = {key: body}
+    kind, _, group = owner.kind.partition(".")
+    resource = f"{kind.lower()}.{group}" if group else kind.lower()
+    patch = json.dumps(body, separators=(",", ":"))
+    return f"kubectl patch {resource}/{owner.name} -n {owner.namespace} --type=merge -p '{patch}'"

@@ -4,6 +4,7 @@ from decimal import Decimal
 from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
+    Container,
     PodTemplate,
     Resource,
     Result,
@@ -67,16 +68,15 @@ _GPU_COUNT = "karpenter.k8s.aws/instance-gpu-count"
     remediation="""
         # $kind $namespace/$name needs $short in one pod; the largest eligible node,
         # $largest, has less. Lower the request, or split the work into worker pods that each
-        # fit one node and gang-schedule them (see GPU-DIST-001), each with at most:
-        resources:
-          limits:
-            $resource: $fits
+        # fit one node and gang-schedule them (see GPU-DIST-001). Requests that fit:
+        $containers
     """,
     references=(
         "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",
         "https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/",
         "https://kubernetes.io/docs/concepts/workloads/pods/sidecar-containers/",
     ),
+    remediation_root="pod_spec",
 )
 def gpu_pods_fit_some_node_shape(snapshot: Snapshot) -> Iterator[Result]:
     scaler = autoscaler_present(snapshot)
@@ -171,7 +171,7 @@ def _verdict(
             "no eligible NodePool can launch a node this large (NodePool limits or "
             "instance-gpu-count are below the request)",
             path=template.path,
-            fix=_fix(request, {}, [], ""),
+            fix=_fix(template, request, {}, [], ""),
         )
     largest = max(nodes, key=lambda n: _gpu_total(_allocatable(n)))
     have = _allocatable(largest)
@@ -185,7 +185,7 @@ def _verdict(
         f"fits no eligible node; largest, {largest.ref.name}: {details}",
         path=template.path,
         severity=Severity.MEDIUM if scaler else None,
-        fix=_fix(request, have, missing, largest.ref.name),
+        fix=_fix(template, request, have, missing, largest.ref.name),
     )
 
 
@@ -203,14 +203,58 @@ def _fmt(name: str, value: Decimal) -> str:
 
 
 def _fix(
-    request: Mapping[str, Decimal], have: Mapping[str, Decimal], missing: list[str], node: str
+    template: PodTemplate,
+    request: Mapping[str, Decimal],
+    have: Mapping[str, Decimal],
+    missing: list[str],
+    node: str,
 ) -> dict[str, str]:
     gpu = next((k for k in sorted(request) if is_gpu_resource(k)), "nvidia.com/gpu")
-    resource = missing[0] if missing else gpu
-    fits = have.get(resource, Decimal(0))
+    # No node to compare with (only NodePools too small): one GPU per pod surely fits.
+    budgets = {n: have.get(n, Decimal(0)) for n in missing} if have else {gpu: Decimal(1)}
     return {
         "short": ", ".join(f"{n} {_fmt(n, request[n])}" for n in missing or [gpu]),
         "largest": node or "(none launchable)",
-        "resource": resource,
-        "fits": _fmt(resource, fits) if fits > 0 else "1",
+        "containers": _lowered(
+            template, {n: request.get(n, Decimal(0)) - b for n, b in budgets.items()}
+        ),
     }
+
+
+def _lowered(template: PodTemplate, excess: Mapping[str, Decimal]) -> str:
+    """Container patches that take the excess of each resource off the pod, largest requests
+    first. Requests and limits are set together where the container has them: a request
+    above its limit, or a GPU request unequal to its GPU limit, is invalid."""
+    changes: dict[tuple[str, str], dict[str, dict[str, str]]] = {}
+    for resource, over in sorted(excess.items()):
+        holders = sorted(
+            (c for c in template.containers() if _amount(c, resource) > 0),
+            key=lambda c: -_amount(c, resource),
+        )
+        for container in holders:
+            if over <= 0:
+                break
+            amount = _amount(container, resource)
+            lowered = max(amount - over, Decimal(0))
+            over -= amount - lowered
+            section = "initContainers" if container.init else "containers"
+            fields = changes.setdefault((section, container.name), {})
+            for part, given in (("requests", container.requests), ("limits", container.limits)):
+                if resource in given:
+                    fields.setdefault(part, {})[resource] = _fmt(resource, lowered)
+    lines: list[str] = []
+    for section in ("containers", "initContainers"):
+        entries = [(name, fields) for (sec, name), fields in changes.items() if sec == section]
+        if entries:
+            lines.append(f"{section}:")
+        for name, fields in entries:
+            lines += [f"  - name: {name}", "    resources:"]
+            for part in ("requests", "limits"):
+                if part in fields:
+                    inner = ", ".join(f"{k}: {v}" for k, v in sorted(fields[part].items()))
+                    lines.append(f"      {part}: {{{inner}}}")
+    return "\n".join(lines)
+
+
+def _amount(container: Container, resource: str) -> Decimal:
+    return quantities({**container.limits, **container.requests}).get(resource, Decimal(0))

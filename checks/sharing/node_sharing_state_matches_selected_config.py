@@ -25,8 +25,12 @@ from gpu_audit.checks.sharing._common import (
     ref_nodes,
     selected_key,
 )
+from gpu_audit.checks.stack._common import command_line, containers, device_plugin_daemonsets
 
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+# The `app` label (and name) of the GPU Operator's device-plugin and GFD operand DaemonSets.
+_OPERATOR_PLUGIN = "nvidia-device-plugin-daemonset"
+_OPERATOR_GFD = "gpu-feature-discovery"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +145,6 @@ def _evaluated(node: Resource) -> bool:
     remediation="""
         # $subject: $summary
         $command
-        kubectl -n $plugin_namespace rollout restart daemonset/gpu-feature-discovery   # if GFD runs separately
     """,
     references=(
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html",
@@ -166,12 +169,12 @@ def node_sharing_state_matches_selected_config(snapshot: Snapshot) -> Iterator[R
             if not found:
                 yield passed(node, f"advertises what config {key!r} selects ({config.mode})")
                 continue
-            yield _finding(ref, node, key, found)
+            yield _finding(snapshot, ref, node, key, found)
 
 
-def _finding(ref: ConfigRef, node: Resource, key: str, found: list[str]) -> Result:
-    daemonset = ref.daemonset
-    name = daemonset.ref.name if daemonset else "nvidia-device-plugin-daemonset"
+def _finding(
+    snapshot: Snapshot, ref: ConfigRef, node: Resource, key: str, found: list[str]
+) -> Result:
     return failed(
         node,
         f"does not advertise config {key!r} of ConfigMap {ref.namespace}/{ref.name}: "
@@ -181,7 +184,36 @@ def _finding(ref: ConfigRef, node: Resource, key: str, found: list[str]) -> Resu
         fix={
             "subject": f"Node {node.ref.name}",
             "summary": f"restart the device plugin so it applies {key!r}",
-            "command": f"kubectl -n {ref.namespace} rollout restart daemonset/{name}",
-            "plugin_namespace": ref.namespace,
+            "command": _restarts(snapshot, ref),
         },
+    )
+
+
+def _restarts(snapshot: Snapshot, ref: ConfigRef) -> str:
+    """Restarts of the plugin and GFD DaemonSets that read the config: the ones in the input,
+    else (a ClusterPolicy without its operands in the input) the operator's operands by the
+    `app` label it gives them."""
+    namespace = ref.namespace
+    plugin = ref.daemonset or next(
+        (d for d in device_plugin_daemonsets(snapshot) if d.ref.namespace == namespace), None
+    )
+    gfd = [
+        d
+        for d in snapshot.of("DaemonSet")
+        if d.ref.namespace == namespace and d is not plugin and _runs_gfd(d)
+    ]
+    restart = f"kubectl -n {namespace} rollout restart daemonset"
+    lines = [f"{restart}/{plugin.ref.name}" if plugin else f"{restart} -l app={_OPERATOR_PLUGIN}"]
+    lines += [f"{restart}/{d.ref.name}" for d in gfd]
+    if not gfd and plugin is None:
+        lines.append(f"{restart} -l app={_OPERATOR_GFD}")
+    elif not gfd:
+        lines.append("# and GFD's DaemonSet, if GFD runs in its own (none is in the input)")
+    return "\n".join(lines)
+
+
+def _runs_gfd(daemonset: Resource) -> bool:
+    return any(
+        c.get("name") == _OPERATOR_GFD or _OPERATOR_GFD in command_line(c)
+        for c in containers(daemonset)
     )

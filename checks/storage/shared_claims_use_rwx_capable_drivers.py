@@ -42,7 +42,10 @@ from ._common import RWX_FILESYSTEM, SINGLE_NODE, claim_driver
         storageClassName "" claims without a PV. ReadOnlyMany is not this check.
     """,
     remediation="""
-        # $kind $namespace/$name: RWX is requested from $driver; use a shared file system
+        # $kind $namespace/$name: RWX is requested from $driver; use a shared file system.
+        # A claim's storage class cannot change: create a new claim, point the workloads'
+        # claimName at $name-shared (copy the data over if the old claim is Bound), then
+        # kubectl delete pvc $name -n $namespace
         apiVersion: storage.k8s.io/v1
         kind: StorageClass
         metadata:
@@ -56,7 +59,7 @@ from ._common import RWX_FILESYSTEM, SINGLE_NODE, claim_driver
         apiVersion: v1
         kind: PersistentVolumeClaim
         metadata:
-          name: $name
+          name: $name-shared
           namespace: $namespace
         spec:
           accessModes: [ReadWriteMany]

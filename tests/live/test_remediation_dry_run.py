@@ -14,10 +14,12 @@ not a silently dropped no-op:
 * a fragment is a patch of the object the finding names: strategic merge for built-in kinds,
   JSON merge for custom resources (what `kubectl patch` does by default). Bare Pods and Jobs
   cannot take a pod-template patch (the template is immutable), so the fix is to recreate them:
-  the fragment is merged into the object locally and the result is created under a new name;
+  the fragment is merged into the object locally (by the merge keys of the pod-spec lists,
+  honouring `$patch: delete`) and the result is created under a new name;
 * `kubectl` commands are translated to the API call they make (patch, label, taint, delete,
   get/describe, create configmap/secret generic, edit -> get) and sent with dryRun=All, so the
-  object must exist and the change must validate. `apply|create -f -` and `replace --force -f -`
+  object must exist and the change must validate; `delete -l/--field-selector` deletes what
+  the selectors match, `rollout restart TYPE -l SELECTOR` must match at least one object. `apply|create -f -` and `replace --force -f -`
   read the objects from a here-document; `replace --force` deletes then creates, so the object
   must exist, its deletion must be allowed, and the new object must be valid (created under a
   new name: the dry-run deletion leaves the original in place). `helm` commands are only checked
@@ -298,26 +300,39 @@ def is_command(text: str) -> bool:
     return bool(lines) and lines[0][0].startswith(("kubectl ", "helm "))
 
 
-def strategic_merge(base: Any, patch: Any) -> Any:
-    """The strategic-merge rules pod specs rely on: maps merge, lists of named items merge by
-    name (containers, env, volumes, volumeMounts), other lists are replaced, null deletes."""
+# The merge key of the pod-spec lists a strategic merge patch merges item by item (the
+# patchMergeKey of each field in the Kubernetes API types); other lists are replaced.
+MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "imagePullSecrets": "name",
+}
+
+
+def strategic_merge(base: Any, patch: Any, merge_key: str = "") -> Any:
+    """The strategic-merge rules pod specs rely on: maps merge, the lists of MERGE_KEYS merge
+    item by item (an item with `$patch: delete` removes its match), other lists are
+    replaced, null deletes."""
     if isinstance(base, dict) and isinstance(patch, dict):
         out = dict(base)
         for key, value in patch.items():
             if value is None:
                 out.pop(key, None)
             else:
-                out[key] = strategic_merge(base.get(key), value)
+                out[key] = strategic_merge(base.get(key), value, MERGE_KEYS.get(key, ""))
         return out
-    named = (
-        isinstance(base, list)
-        and isinstance(patch, list)
-        and all(isinstance(i, dict) and "name" in i for i in base + patch)
-    )
-    if named:
-        merged = {item["name"]: item for item in base}
+    if merge_key and isinstance(base, list | None) and isinstance(patch, list):
+        merged = {item[merge_key]: item for item in base or []}
         for item in patch:
-            merged[item["name"]] = strategic_merge(merged.get(item["name"]), item)
+            key = item[merge_key]
+            if item.get("$patch") == "delete":
+                merged.pop(key, None)
+            else:
+                merged[key] = strategic_merge(merged.get(key), item)
         return list(merged.values())
     return patch
 
@@ -492,6 +507,18 @@ def submit_manifests(cluster: Cluster, call: KubectlCall, line: str, stdin: str)
         assert status == 201, f"{line}: HTTP {status}: {reply}"
 
 
+# What `kubectl rollout restart` sends: a new pod-template annotation.
+RESTART_PATCH = {
+    "spec": {
+        "template": {
+            "metadata": {
+                "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"}
+            }
+        }
+    }
+}
+
+
 def submit_kubectl(cluster: Cluster, line: str, stdin: str = "") -> None:
     words = shlex.split(line.split(" | ")[0], comments=True)
     call = parse_kubectl(words)
@@ -525,21 +552,31 @@ def submit_kubectl(cluster: Cluster, line: str, stdin: str = "") -> None:
         call = KubectlCall("drain", ["node", *call.args], call.flags, call.switches)
     api, name = call.target(cluster)
     path = api.path(ns or "default", name)
+    query = {
+        k: v
+        for k, v in (
+            ("labelSelector", call.flags.get("l")),
+            ("fieldSelector", call.flags.get("field-selector")),
+        )
+        if v
+    }
     if call.verb in ("get", "describe", "edit", "logs"):
-        query = {
-            k: v
-            for k, v in (
-                ("labelSelector", call.flags.get("l")),
-                ("fieldSelector", call.flags.get("field-selector")),
-            )
-            if v
-        }
         if call.switches & {"A", "all-namespaces"}:
             path = api.path("", name)
         status, reply = cluster.call(
             "GET", f"{path}?{urllib.parse.urlencode(query)}" if query else path
         )
         assert status == 200, f"{line}: HTTP {status}: {reply}"
+        return
+    if call.verb == "rollout restart" and not name:  # `-l SELECTOR`: every match restarts
+        assert query, f"{line}: rollout restart needs a name or a selector"
+        status, listing = cluster.call("GET", f"{path}?{urllib.parse.urlencode(query)}")
+        assert status == 200, f"{line}: HTTP {status}: {listing}"
+        assert listing["items"], f"{line}: the selector matches no object (kubectl errors)"
+        for item in listing["items"]:
+            one = api.path(ns or "default", item["metadata"]["name"])
+            status, reply = cluster.dry_run("PATCH", one, RESTART_PATCH, STRATEGIC_PATCH)
+            assert status == 200, f"{line}: {one}: HTTP {status}: {reply}"
         return
     status, current = cluster.call("GET", path)
     assert status == 200, f"{line}: the object does not exist: HTTP {status}: {current}"
@@ -563,9 +600,7 @@ def submit_kubectl(cluster: Cluster, line: str, stdin: str = "") -> None:
         taints.append({"key": key, "effect": effect, **({"value": value} if value else {})})
         body, content_type = {"spec": {"taints": taints}}, MERGE_PATCH
     elif call.verb == "rollout restart":
-        stamp = {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"}
-        body = {"spec": {"template": {"metadata": {"annotations": stamp}}}}
-        content_type = STRATEGIC_PATCH
+        body, content_type = RESTART_PATCH, STRATEGIC_PATCH
     elif call.verb == "set env":
         env = [dict(zip(("name", "value"), a.split("=", 1), strict=True)) for a in call.args[1:]]
         containers = current["spec"]["template"]["spec"]["containers"]
@@ -578,8 +613,9 @@ def submit_kubectl(cluster: Cluster, line: str, stdin: str = "") -> None:
         content_type = STRATEGIC_PATCH
     elif call.verb == "drain":
         body, content_type = {"spec": {"unschedulable": True}}, MERGE_PATCH
-    elif call.verb == "delete":
-        status, reply = cluster.dry_run("DELETE", path)
+    elif call.verb == "delete":  # by name, or every object the selectors match
+        selected = f"{path}?{urllib.parse.urlencode(query)}" if query and not name else path
+        status, reply = cluster.dry_run("DELETE", selected)
         assert status in (200, 202), f"{line}: HTTP {status}: {reply}"
         return
     else:
@@ -620,7 +656,9 @@ def submit_commands(cluster: Cluster, finding: Finding) -> None:
 
 
 # Fixture objects the apiserver refuses, where that is what the check finds: a remediation
-# for them is checked by creating the fixed object under a new name (dry-run).
+# for them is checked by creating the fixed object under a new name (dry-run). (Without
+# strict field validation the apiserver would accept the Prometheus and silently drop the
+# field: the manifest still does not mean what it says.)
 INVALID_BY_DESIGN: dict[str, dict[ObjectKey, str]] = {
     "GPU-WL-001/fail-fractional-and-request-only": {
         ("Deployment", "ml", "half-gpu"): "a fractional GPU limit",
@@ -628,6 +666,12 @@ INVALID_BY_DESIGN: dict[str, dict[ObjectKey, str]] = {
     },
     "GPU-WL-001/fail-request-differs-from-limit": {
         ("Pod", "ml", "mismatch"): "a GPU request different from its limit",
+    },
+    "GPU-QUOTA-003/fail-min-only-rejects-containers": {
+        ("LimitRange", "team-c", "gpu-cap"): "a GPU max (copied to default) with defaultRequest 0",
+    },
+    "GPU-MON-004/fail-match-names-namespace-selector": {
+        ("Prometheus", "monitoring", "k8s"): "matchNames, not a LabelSelector field",
     },
 }
 

@@ -138,6 +138,10 @@ def test_bad_category_and_id_mismatch(tmp_path: Path) -> None:
         ({"target": {"kinds": ["Pod"], "gpu_only": True}}, "target.gpu_only: applies to"),
         ({"target": {"kinds": ["Pod"], "scope": "node"}}, "target.scope: 'node' is not one of"),
         ({"messages": {"ok": "fine"}}, "messages: must be a mapping"),
+        ({"require": {"path": "$.a", "exists": True, "fix": ["x"]}}, "require.fix: must map"),
+        ({"require": {"path": "$.a", "exists": True, "fix": {"a-b": "x"}}}, "require.fix:"),
+        ({"remediation": "set $value"}, "remediation: uses $value, which the test of $.spec"),
+        ({"remediation": "costs $5"}, "remediation: is not a valid template"),
     ],
 )
 def test_other_mistakes_name_their_field(
@@ -389,6 +393,26 @@ GPU_WORKLOADS = """
         spec:
           containers: [{name: web, image: "nginx:1.27.2"}]
 """
+
+
+def test_the_failing_test_gives_its_fix_values_to_the_remediation(tmp_path: Path) -> None:
+    content = with_(
+        target={"kinds": ["DaemonSet"], "scope": "container"},
+        require={
+            "all_of": [
+                {"path": "$.image", "matches": "busybox", "fix": {"want": "an image"}},
+                {"path": "$.env[?(@.name == 'X')].value", "equals": "1", "fix": {"want": "X"}},
+            ]
+        },
+        remediation="# $section/$container: $want",
+    )
+    check = load_check_file(write(tmp_path / "checks", "c.yaml", content))
+    run = run_check(check, snapshot_of(DAEMONSETS, tmp_path))
+    assert sorted(f.remediation for f in run.findings) == [
+        "# containers/a: an image",
+        "# containers/a: an image",
+        "# containers/b: X",
+    ]
 
 
 @pytest.mark.parametrize(

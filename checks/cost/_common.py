@@ -10,9 +10,10 @@ from gpu_audit.api import (
     Snapshot,
     effective_pod_request,
     is_gpu_resource,
+    owner_kinds,
+    pod_is_active,
     templates_of,
 )
-from gpu_audit.checks.distributed._jobs import owner_kinds, pod_is_active
 
 
 def pod_gpus(pod: Resource) -> Decimal:

@@ -3,6 +3,8 @@ from collections.abc import Iterator
 from decimal import Decimal
 
 from gpu_audit.api import (
+    KUBEFLOW_REPLICA_KEYS,
+    MULTI_POD_JOB_TYPES,
     Category,
     Resource,
     Result,
@@ -13,21 +15,17 @@ from gpu_audit.api import (
     check,
     controller_owner,
     failed,
+    finished_as,
     format_quantity,
     is_gpu_resource,
+    owned_pods,
     passed,
+    pod_is_active,
+    replica_groups,
     templates_of,
     top_owner,
 )
 from gpu_audit.checks.cost._common import pod_gpus
-from gpu_audit.checks.distributed._jobs import (
-    KUBEFLOW_REPLICA_KEYS,
-    MULTI_POD_JOB_TYPES,
-    finished_as,
-    owned_pods,
-    pod_is_active,
-    replica_groups,
-)
 
 # What the operators default an unset runPolicy.cleanPodPolicy to: SetDefaults_PyTorchJob and
 # mpi-operator v2beta1 set None (finished jobs keep their pods), SetDefaults_TFJob sets Running.

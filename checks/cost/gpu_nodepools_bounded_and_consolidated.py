@@ -1,6 +1,7 @@
 from collections.abc import Iterator
 
 from gpu_audit.api import (
+    NODEPOOL,
     Category,
     Resource,
     Result,
@@ -10,11 +11,11 @@ from gpu_audit.api import (
     as_mapping,
     check,
     failed,
+    nodepool_gpu_scope,
+    owner_kinds,
     passed,
 )
 from gpu_audit.checks.cost._common import pod_gpus, tenants_by_node
-from gpu_audit.checks.distributed._jobs import owner_kinds
-from gpu_audit.checks.nodes._common import NODEPOOL, nodepool_gpu_scope
 
 _TRAINING_OWNERS = frozenset({"Job", "PyTorchJob", "TFJob", "MPIJob", "TrainJob", "PodGroup"})
 # Policies that also repack nodes that still run pods (v1 WhenEmptyOrUnderutilized, its v1beta1

@@ -10,18 +10,16 @@ from gpu_audit.api import (
     check,
     failed,
     format_quantity,
-    node_is_schedulable,
-    node_taints,
-    passed,
-)
-from gpu_audit.checks.cost._common import pod_gpus, tenants_by_node
-from gpu_audit.checks.nodes._common import (
     gpu_hosts,
     gpu_quantities,
     has_resource_status,
     is_bootstrapping,
     is_transient_taint,
+    node_is_schedulable,
+    node_taints,
+    passed,
 )
+from gpu_audit.checks.cost._common import pod_gpus, tenants_by_node
 
 
 @check(

@@ -3,6 +3,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gpu_audit.api import (
+    NODEPOOL,
     Category,
     PodTemplate,
     Resource,
@@ -13,16 +14,13 @@ from gpu_audit.api import (
     as_mapping,
     check,
     failed,
-    label_selector_matches,
-    passed,
-    pod_templates,
-)
-from gpu_audit.checks.distributed._common import runs_on_spot
-from gpu_audit.checks.nodes._common import (
-    NODEPOOL,
     gpu_hosts,
+    label_selector_matches,
     nodepool_gpu_scope,
     nodepool_requirements,
+    passed,
+    pod_templates,
+    runs_on_spot,
 )
 
 CAPACITY_TYPE = "karpenter.sh/capacity-type"

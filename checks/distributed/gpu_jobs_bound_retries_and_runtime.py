@@ -10,13 +10,13 @@ from gpu_audit.api import (
     check,
     failed,
     passed,
+    runs_on_spot,
 )
 from gpu_audit.checks.distributed._common import (
     KUBEFLOW_TYPES,
     TRAINING_TYPES,
     TrainingJob,
     gpu_training_jobs,
-    runs_on_spot,
 )
 
 _RESTARTING = frozenset({"OnFailure", "Always", "ExitCode"})

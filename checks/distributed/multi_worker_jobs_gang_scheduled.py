@@ -3,8 +3,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from gpu_audit.api import (
+    KUBEFLOW_REPLICA_KEYS,
+    VOLCANO_JOB,
     Category,
     PodTemplate,
+    ReplicaGroup,
     Resource,
     Result,
     Severity,
@@ -13,16 +16,13 @@ from gpu_audit.api import (
     as_mapping,
     check,
     controller_owner,
+    count_field,
     failed,
     passed,
-)
-from gpu_audit.checks.distributed._jobs import (
-    KUBEFLOW_REPLICA_KEYS,
-    VOLCANO_JOB,
-    ReplicaGroup,
-    count,
-    gpu_pods,
     replica_groups,
+)
+from gpu_audit.checks.distributed._common import (
+    gpu_pods,
     total_pods,
 )
 
@@ -192,12 +192,12 @@ def _gang(
             )
         return Gang(f"Kueue queue {queue} (whole-job admission)")
     if job.ref.kind == VOLCANO_JOB:
-        minimum = count(job.spec.get("minAvailable"), 0) or None
+        minimum = count_field(job.spec.get("minAvailable"), 0) or None
         return Gang("its Volcano PodGroup", minimum)
     run_policy = as_mapping(job.spec.get("runPolicy"))
     policy = as_mapping(run_policy.get("schedulingPolicy"))
     policy_min = policy.get("minAvailable")
-    minimum = count(policy_min, 0) if policy_min is not None else None
+    minimum = count_field(policy_min, 0) if policy_min is not None else None
     if job.ref.kind in KUBEFLOW_REPLICA_KEYS:
         operator = _operator_gang_flag(snapshot, job)
         if operator is not None:
@@ -311,7 +311,7 @@ def _group_object(
     raw = minimum_of(found)
     if raw is None and type_ in (NATIVE_WORKLOAD, NATIVE_PODGROUP):
         return Gang(how, missing=f"{label} {name} has no gang policy")
-    return Gang(how, count(raw, 0) if raw is not None else None)
+    return Gang(how, count_field(raw, 0) if raw is not None else None)
 
 
 def _operator_gang_flag(snapshot: Snapshot, job: Resource) -> tuple[str, str] | None:
@@ -347,7 +347,7 @@ def _judge_trainjob(snapshot: Snapshot, job: Resource) -> Result | None:
         return None  # the runtime decides nodes, GPUs and gang policy: nothing to judge
     trainer = as_mapping(job.spec.get("trainer"))
     ml_policy = as_mapping(runtime.spec.get("mlPolicy"))
-    nodes = count(trainer.get("numNodes"), count(ml_policy.get("numNodes"), 1))
+    nodes = count_field(trainer.get("numNodes"), count_field(ml_policy.get("numNodes"), 1))
     if nodes < 2 or not (_trainjob_gpus(trainer) or _runtime_gpus(runtime)):
         return None
     if job.labels.get(KUEUE_QUEUE):

@@ -13,8 +13,12 @@ from gpu_audit.api import (
     check,
     failed,
     passed,
+    runs_on_spot,
 )
-from gpu_audit.checks.distributed._common import TRAINING_TYPES, gpu_training_jobs, runs_on_spot
+from gpu_audit.checks.distributed._common import (
+    TRAINING_TYPES,
+    gpu_training_jobs,
+)
 
 # Volume sources whose data outlives the pod and the node: claims, network file systems and
 # CSI drivers (FSx, EFS, Filestore, object-store FUSE drivers). emptyDir, hostPath and generic

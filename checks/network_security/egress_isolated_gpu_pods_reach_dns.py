@@ -22,7 +22,11 @@ from gpu_audit.api import (
     pod_templates,
 )
 
-from ._common import namespace_labels, policy_selects, policy_types
+from ._common import (
+    namespace_labels,
+    policy_selects,
+    policy_types,
+)
 
 DNS_NAMESPACE = "kube-system"
 DNS_LABELS = {"k8s-app": "kube-dns"}  # CoreDNS and kube-dns on kubeadm, EKS, GKE and AKS

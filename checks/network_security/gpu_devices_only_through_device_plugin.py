@@ -17,13 +17,12 @@ from gpu_audit.api import (
     check,
     failed,
     gpu_nodes,
+    is_gpu_stack_node_agent,
+    is_stack_pod_in_system_namespace,
     passed,
     pod_templates,
     schedules_on,
 )
-from gpu_audit.checks.workloads._common import is_gpu_stack
-
-from ._common import is_nvidia_stack
 
 # Host paths that hand a container device nodes directly: the whole /dev (or the host root,
 # which contains it), GPU, render, RDMA, ROCm and VFIO passthrough nodes.
@@ -92,7 +91,7 @@ def gpu_devices_only_through_device_plugin(snapshot: Snapshot) -> Iterator[Resul
     for template in pod_templates(snapshot):
         # NVIDIA's static manifests (GFD, device plugin) install into the current namespace,
         # often `default`: a DaemonSet built only from GPU-stack images is the stack too.
-        if is_nvidia_stack(template) or is_gpu_stack(template):
+        if is_stack_pod_in_system_namespace(template) or is_gpu_stack_node_agent(template):
             continue
         findings = [
             *_host_device_volumes(template),

@@ -4,6 +4,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gpu_audit.api import (
+    KSERVE_ISVC_LABEL,
     WORKLOAD_TYPES,
     Category,
     PodTemplate,
@@ -14,13 +15,12 @@ from gpu_audit.api import (
     as_list,
     as_mapping,
     check,
+    classify,
     failed,
+    is_stack_pod_in_system_namespace,
     passed,
     pod_templates,
 )
-from gpu_audit.checks.serving._common import KSERVE_ISVC_LABEL, classify
-
-from ._common import is_nvidia_stack
 
 # Pods that use the Kubernetes API by design: KubeRay heads/workers (autoscaler), Spark
 # drivers, MPI launchers (kubectl exec into workers), notebook servers.
@@ -71,7 +71,7 @@ _RISKY_VERBS = {"get", "list", "watch", "*"}
 )
 def gpu_pods_do_not_automount_api_tokens(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):
-        if is_nvidia_stack(template) or _uses_api(template):
+        if is_stack_pod_in_system_namespace(template) or _uses_api(template):
             continue
         serving = KSERVE_ISVC_LABEL in template.labels or any(
             classify(c) for c in template.containers()

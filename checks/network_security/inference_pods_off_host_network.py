@@ -3,23 +3,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gpu_audit.api import (
+    KSERVE_ISVC_LABEL,
     WORKLOAD_TYPES,
     Category,
     Container,
     PodTemplate,
     Result,
+    ServerClass,
     Severity,
     Snapshot,
     as_list,
     as_mapping,
     check,
+    classify,
     failed,
+    is_stack_pod_in_system_namespace,
     passed,
     pod_templates,
 )
-from gpu_audit.checks.serving._common import KSERVE_ISVC_LABEL, ServerClass, classify
-
-from ._common import is_nvidia_stack
 
 
 @check(
@@ -64,7 +65,7 @@ from ._common import is_nvidia_stack
 )
 def inference_pods_off_host_network(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):
-        if is_nvidia_stack(template):
+        if is_stack_pod_in_system_namespace(template):
             continue
         servers = [(c, s) for c in template.containers() if (s := classify(c)) is not None]
         serving = bool(servers) or KSERVE_ISVC_LABEL in template.labels

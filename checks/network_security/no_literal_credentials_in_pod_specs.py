@@ -10,6 +10,7 @@ from gpu_audit.api import (
     Result,
     Severity,
     Snapshot,
+    argv,
     as_mapping,
     check,
     credential_like,
@@ -19,7 +20,6 @@ from gpu_audit.api import (
     pod_templates,
     str_map,
 )
-from gpu_audit.checks.serving._common import argv
 
 _DECRYPTION_KEY = re.compile(r"DECRYPT|ENCRYPTION_?KEY|MODEL_?KEY", re.IGNORECASE)
 _SECRET_FLAG = re.compile(r"^--(api-key|hf-token|token|password|api-token)(=|$)")

@@ -5,32 +5,28 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gpu_audit.api import (
+    CLUSTER_POLICY,
     NVIDIA_MIG_PREFIX,
     Category,
     Resource,
     Result,
     Severity,
     Snapshot,
+    active_cluster_policy,
     as_list,
     as_mapping,
     check,
-    failed,
-    passed,
-)
-from gpu_audit.checks.nodes._common import (
-    gpu_hosts,
-    gpu_quantities,
-    has_resource_status,
-    is_bootstrapping,
-)
-from gpu_audit.checks.stack._common import (
-    CLUSTER_POLICY,
-    active_cluster_policy,
     command_line,
     component_enabled,
     containers,
     daemonset_runs_on,
     env_value,
+    failed,
+    gpu_hosts,
+    gpu_quantities,
+    has_resource_status,
+    is_bootstrapping,
+    passed,
     policy_operand_runs_on,
 )
 

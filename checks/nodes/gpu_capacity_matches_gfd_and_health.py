@@ -10,15 +10,13 @@ from gpu_audit.api import (
     check,
     failed,
     format_quantity,
-    passed,
-)
-from gpu_audit.checks.nodes._common import (
     gpu_hosts,
     gpu_quantities,
     has_resource_status,
     is_bootstrapping,
-    label_int,
+    passed,
 )
+from gpu_audit.checks.nodes._common import label_int
 
 _SHARED = "nvidia.com/gpu.shared"
 _WHOLE = "nvidia.com/gpu"

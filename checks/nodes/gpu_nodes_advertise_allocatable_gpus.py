@@ -12,16 +12,14 @@ from gpu_audit.api import (
     check,
     failed,
     format_quantity,
-    parse_quantity,
-    passed,
-)
-from gpu_audit.checks.nodes._common import (
-    dra_gpu_nodes,
     gpu_hosts,
     gpu_quantities,
     has_resource_status,
     is_bootstrapping,
+    parse_quantity,
+    passed,
 )
+from gpu_audit.checks.nodes._common import dra_gpu_nodes
 
 _VM_MODES = ("vm-passthrough", "vm-vgpu")
 

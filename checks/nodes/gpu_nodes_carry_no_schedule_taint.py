@@ -2,6 +2,7 @@ import json
 from collections.abc import Iterator
 
 from gpu_audit.api import (
+    NODEPOOL,
     Category,
     Resource,
     Result,
@@ -9,16 +10,13 @@ from gpu_audit.api import (
     Snapshot,
     Taint,
     check,
-    failed,
-    node_taints,
-    passed,
-)
-from gpu_audit.checks.nodes._common import (
-    NODEPOOL,
     dedicating_taints,
+    failed,
     is_gpu_host,
+    node_taints,
     nodepool_gpu_scope,
     nodepool_taints,
+    passed,
 )
 
 # Key == resource name, so ExtendedResourceToleration adds the toleration to GPU pods.

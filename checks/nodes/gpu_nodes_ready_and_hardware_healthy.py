@@ -11,11 +11,12 @@ from gpu_audit.api import (
     as_mapping,
     check,
     failed,
+    gpu_hosts,
+    is_joining,
     node_taints,
     passed,
     templates_of,
 )
-from gpu_audit.checks.nodes._common import gpu_hosts, is_joining
 
 # Vendor conditions that report GPU hardware health (EKS node monitoring agent).
 _HARDWARE_CONDITIONS = ("AcceleratedHardwareReady",)

@@ -8,9 +8,10 @@ from gpu_audit.api import (
     check,
     failed,
     format_quantity,
+    gpu_quantities,
     passed,
 )
-from gpu_audit.checks.nodes._common import dra_gpu_nodes, gpu_quantities
+from gpu_audit.checks.nodes._common import dra_gpu_nodes
 
 _DRA_DRIVER = "gpu.nvidia.com"
 

@@ -7,6 +7,7 @@ from typing import Any
 import yaml
 
 from gpu_audit.api import (
+    NODEPOOL,
     NVIDIA_MIG_PREFIX,
     Category,
     PodTemplate,
@@ -14,15 +15,16 @@ from gpu_audit.api import (
     Result,
     Severity,
     Snapshot,
+    active_cluster_policy,
     as_list,
     as_mapping,
     check,
     failed,
+    gpu_hosts,
     gpu_pod_templates,
+    gpu_quantities,
     passed,
 )
-from gpu_audit.checks.nodes._common import NODEPOOL, gpu_hosts, gpu_quantities
-from gpu_audit.checks.stack._common import active_cluster_policy
 
 _STRATEGY = "nvidia.com/mig.strategy"
 _CONFIG = "nvidia.com/mig.config"

@@ -9,26 +9,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_audit.api import (
+    NODEPOOL,
     PodTemplate,
     Resource,
     Snapshot,
     Taint,
     as_list,
     as_mapping,
+    dedicating_taints,
+    gpu_hosts,
     is_extended_resource,
     node_affinity_matches,
     node_taints,
-    str_map,
-    tolerates,
-)
-from gpu_audit.checks.nodes._common import (
-    NODEPOOL,
-    dedicating_taints,
-    gpu_hosts,
     nodepool_gpu_scope,
     nodepool_requirements,
     nodepool_taints,
     nodepool_template_labels,
+    str_map,
+    tolerates,
 )
 
 # Labels Karpenter itself puts on the nodes it launches, so a pod may select on them without

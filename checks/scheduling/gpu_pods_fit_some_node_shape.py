@@ -2,6 +2,7 @@ from collections.abc import Iterator, Mapping
 from decimal import Decimal
 
 from gpu_audit.api import (
+    NODEPOOL,
     WORKLOAD_TYPES,
     Category,
     Container,
@@ -16,18 +17,15 @@ from gpu_audit.api import (
     failed,
     format_quantity,
     gpu_pod_templates,
+    has_resource_status,
     is_gpu_resource,
     node_affinity_matches,
     node_taints,
-    passed,
-    quantities,
-)
-from gpu_audit.checks.nodes._common import (
-    NODEPOOL,
-    has_resource_status,
     nodepool_gpu_scope,
     nodepool_requirements,
     nodepool_taints,
+    passed,
+    quantities,
 )
 from gpu_audit.checks.scheduling._common import (
     autoscaler_present,

@@ -16,12 +16,13 @@ from gpu_audit.api import (
     as_mapping,
     check,
     failed,
+    image_registry_and_path,
     is_gpu_resource,
     passed,
     pod_templates,
 )
 
-from ._common import image_repository, image_tag
+from ._common import image_tag
 
 ISVC = "InferenceService.serving.kserve.io"
 SERVING_RUNTIME = "ServingRuntime.serving.kserve.io"
@@ -264,6 +265,6 @@ def _cpu_configured(specs: list[tuple[str, Mapping[str, Any]]]) -> Iterator[Prob
 
 
 def _cpu_image(image: str) -> bool:
-    repo = image_repository(image)[1]
+    repo = image_registry_and_path(image)[1]
     tag = image_tag(image).lower()
     return repo.endswith("-cpu") or "cpu" in tag.replace("-", " ").replace("_", " ").split()

@@ -7,17 +7,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_audit.api import (
+    RAY,
+    TORCHSERVE,
+    TRITON,
+    VLLM,
     WORKLOAD_TYPES,
     Category,
     Container,
     PodTemplate,
     Resource,
     Result,
+    ServerClass,
     Severity,
     Snapshot,
+    argv,
     as_list,
     as_mapping,
     check,
+    classify,
     failed,
     map_selector_matches,
     passed,
@@ -26,13 +33,6 @@ from gpu_audit.api import (
 )
 
 from ._common import (
-    RAY,
-    TORCHSERVE,
-    TRITON,
-    VLLM,
-    ServerClass,
-    argv,
-    classify,
     env_value,
     flag_value,
     has_flag,

@@ -7,16 +7,21 @@ from gpu_audit.api import (
     Category,
     Container,
     Result,
+    ServerClass,
     Severity,
     Snapshot,
     as_mapping,
     check,
+    classify,
     failed,
     gpu_pod_templates,
     passed,
 )
 
-from ._common import ServerClass, classify, knative_managed, probe_budget
+from ._common import (
+    knative_managed,
+    probe_budget,
+)
 
 _LIVENESS_BUDGET = 300  # seconds; large models take minutes to download and load
 _STARTUP_BUDGET = 120

@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gpu_audit.api import (
+    TORCHSERVE,
     WORKLOAD_TYPES,
     Category,
     Container,
@@ -10,14 +11,20 @@ from gpu_audit.api import (
     Result,
     Severity,
     Snapshot,
+    argv,
     as_mapping,
     check,
+    classify,
     failed,
     passed,
     pod_templates,
 )
 
-from ._common import TORCHSERVE, argv, classify, env_value, has_flag, truthy
+from ._common import (
+    env_value,
+    has_flag,
+    truthy,
+)
 
 ISVC = "InferenceService.serving.kserve.io"
 _TORCHSERVE_RUNTIME = "kserve-torchserve"

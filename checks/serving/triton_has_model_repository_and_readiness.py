@@ -4,21 +4,27 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gpu_audit.api import (
+    TRITON,
     WORKLOAD_TYPES,
     Category,
     Container,
     Result,
     Severity,
     Snapshot,
+    argv,
     as_list,
     as_mapping,
     check,
+    classify,
     failed,
     passed,
     pod_templates,
 )
 
-from ._common import TRITON, argv, classify, flag_value, owned_by_kserve
+from ._common import (
+    flag_value,
+    owned_by_kserve,
+)
 
 _SHELLS = ("sh", "bash", "ash", "dash")
 _CLOUD_REPOSITORIES = ("s3://", "gs://", "as://")

@@ -17,19 +17,17 @@ from gpu_audit.api import (
     Resource,
     Severity,
     Snapshot,
+    active_cluster_policy,
     as_list,
     as_mapping,
-    gpu_nodes,
-    parse_quantity,
-    templates_of,
-)
-from gpu_audit.checks.stack._common import (
-    active_cluster_policy,
     daemonset_runs_on,
     device_plugin_daemonsets,
     env_value,
+    gpu_nodes,
     is_operator_operand,
     operand_deployed,
+    parse_quantity,
+    templates_of,
 )
 
 CONFIG_MOUNT = "/available-configs"

@@ -8,8 +8,11 @@ from gpu_audit.api import (
     Result,
     Severity,
     Snapshot,
+    active_cluster_policy,
     as_mapping,
     check,
+    containers,
+    env_value,
     failed,
     passed,
 )
@@ -22,7 +25,6 @@ from gpu_audit.checks.sharing._common import (
     ref_nodes,
     selected_key,
 )
-from gpu_audit.checks.stack._common import active_cluster_policy, containers, env_value
 
 
 def effective_mig_strategy(snapshot: Snapshot, ref: ConfigRef, config: PluginConfig) -> str:

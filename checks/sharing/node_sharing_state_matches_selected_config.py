@@ -10,6 +10,9 @@ from gpu_audit.api import (
     Severity,
     Snapshot,
     check,
+    command_line,
+    containers,
+    device_plugin_daemonsets,
     failed,
     passed,
 )
@@ -25,7 +28,6 @@ from gpu_audit.checks.sharing._common import (
     ref_nodes,
     selected_key,
 )
-from gpu_audit.checks.stack._common import command_line, containers, device_plugin_daemonsets
 
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
 # The `app` label (and name) of the GPU Operator's device-plugin and GFD operand DaemonSets.

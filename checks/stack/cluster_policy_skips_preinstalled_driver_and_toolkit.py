@@ -2,22 +2,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gpu_audit.api import (
+    DEPLOY_PREFIX,
     Category,
     Resource,
     Result,
     Severity,
     Snapshot,
+    active_cluster_policy,
     as_list,
     as_mapping,
     check,
+    component_enabled,
     failed,
     gpu_nodes,
     passed,
-)
-from gpu_audit.checks.stack._common import (
-    DEPLOY_PREFIX,
-    active_cluster_policy,
-    component_enabled,
 )
 
 # ClusterPolicy component -> the node label that opts a node out of that operand.

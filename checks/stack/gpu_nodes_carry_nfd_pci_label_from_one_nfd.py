@@ -8,16 +8,16 @@ from gpu_audit.api import (
     Result,
     Severity,
     Snapshot,
+    active_cluster_policy,
     check,
+    command_line,
+    containers,
+    daemonset_runs_on,
     failed,
     is_gpu_node,
     passed,
 )
 from gpu_audit.checks.stack._common import (
-    active_cluster_policy,
-    command_line,
-    containers,
-    daemonset_runs_on,
     helm_release,
     removal_command,
 )

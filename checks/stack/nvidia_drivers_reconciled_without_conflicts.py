@@ -7,6 +7,7 @@ from gpu_audit.api import (
     Result,
     Severity,
     Snapshot,
+    active_cluster_policy,
     as_mapping,
     check,
     failed,
@@ -15,7 +16,6 @@ from gpu_audit.api import (
     passed,
     str_map,
 )
-from gpu_audit.checks.stack._common import active_cluster_policy
 
 NVIDIA_DRIVER = "NVIDIADriver.nvidia.com"
 GPU_PRESENT = "nvidia.com/gpu.present"

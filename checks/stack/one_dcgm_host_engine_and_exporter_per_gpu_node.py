@@ -8,23 +8,23 @@ from gpu_audit.api import (
     Result,
     Severity,
     Snapshot,
+    active_cluster_policy,
     as_list,
     as_mapping,
     check,
-    failed,
-    gpu_nodes,
-    passed,
-)
-from gpu_audit.checks.stack._common import (
-    active_cluster_policy,
     command_line,
     component_enabled,
     containers,
     daemonset_runs_on,
     env_value,
+    failed,
+    gpu_nodes,
     is_operator_operand,
+    passed,
     pod_spec,
     policy_operand_runs_on,
+)
+from gpu_audit.checks.stack._common import (
     policy_patch_command,
     removal_command,
 )

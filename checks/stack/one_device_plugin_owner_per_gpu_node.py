@@ -2,25 +2,23 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from gpu_audit.api import (
+    DEPLOY_PREFIX,
     Category,
     ObjRef,
     Resource,
     Result,
     Severity,
     Snapshot,
+    active_cluster_policy,
     as_mapping,
     check,
-    failed,
-    gpu_nodes,
-    passed,
-)
-from gpu_audit.checks.stack._common import (
-    DEPLOY_PREFIX,
-    active_cluster_policy,
     component_enabled,
     daemonset_runs_on,
     device_plugin_daemonsets,
+    failed,
+    gpu_nodes,
     is_operator_operand,
+    passed,
     policy_operand_runs_on,
 )
 

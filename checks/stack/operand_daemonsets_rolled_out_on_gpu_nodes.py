@@ -3,31 +3,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpu_audit.api import (
+    DEPLOY_PREFIX,
     Category,
     Resource,
     Result,
     Severity,
     Snapshot,
+    active_cluster_policy,
     as_list,
     as_mapping,
     check,
     controller_owner,
     failed,
     gpu_nodes,
+    is_operator_operand,
     node_is_ready,
     node_is_schedulable,
+    operand_label,
+    operator_node_labels,
     passed,
+    pod_spec,
     untolerated_taints,
 )
 from gpu_audit.checks.stack._common import (
-    DEPLOY_PREFIX,
     PodFailure,
-    active_cluster_policy,
-    is_operator_operand,
-    operand_label,
-    operator_node_labels,
     pod_failure,
-    pod_spec,
 )
 
 # Start order of the stack: a broken layer leaves every later one waiting in Init.

@@ -1,6 +1,7 @@
 from collections.abc import Iterator
 
 from gpu_audit.api import (
+    DEPLOY_PREFIX,
     Category,
     Resource,
     Result,
@@ -14,7 +15,10 @@ from gpu_audit.api import (
     node_is_schedulable,
     passed,
 )
-from gpu_audit.checks.stack._common import DEPLOY_PREFIX, PodFailure, pod_failure
+from gpu_audit.checks.stack._common import (
+    PodFailure,
+    pod_failure,
+)
 
 VALIDATOR = "nvidia-operator-validator"
 # The pods cuda-validation and plugin-validation start for their workload tests.

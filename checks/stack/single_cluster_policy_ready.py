@@ -1,18 +1,19 @@
 from collections.abc import Iterator
 
 from gpu_audit.api import (
+    CLUSTER_POLICY,
     Category,
     Resource,
     Result,
     Severity,
     Snapshot,
+    active_cluster_policy,
     as_list,
     as_mapping,
     check,
     failed,
     passed,
 )
-from gpu_audit.checks.stack._common import CLUSTER_POLICY, active_cluster_policy
 
 
 def _failing_conditions(policy: Resource) -> str:

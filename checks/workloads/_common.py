@@ -1,4 +1,5 @@
-"""Helpers shared by the workload checks: the GPU-stack allowlist, env resolution, GPU counts."""
+"""Helpers shared by the workload checks: env resolution, GPU counts, security context and
+volumes. The GPU-stack allowlist and image references come from `gpu_audit.api`."""
 
 from __future__ import annotations
 
@@ -13,84 +14,6 @@ from gpu_audit.api import (
     as_list,
     as_mapping,
 )
-
-# --------------------------------------------------------------------------- GPU-stack allowlist
-
-# Image repositories of the NVIDIA GPU stack, matched without the registry host so that
-# air-gapped mirrors (registry.corp/nvidia/k8s-device-plugin) are recognised as well.
-# Entries ending in "/" match a whole repository folder. Extend here for in-house operands.
-GPU_STACK_IMAGE_PATHS: tuple[str, ...] = (
-    "nvidia/gpu-operator",  # operator, and the validator in older releases
-    "nvidia/k8s-device-plugin",  # device plugin, GFD (>= v0.15), MPS control daemon
-    "nvidia/gpu-feature-discovery",  # standalone GFD before it merged into the plugin
-    "nvidia/driver",
-    "nvidia/vgpu-manager",
-    "nvidia/k8s/container-toolkit",
-    "nvidia/k8s/dcgm-exporter",
-    "nvidia/cloud-native/",  # dcgm, validator, mig-manager, driver-manager, cc/kata/vgpu managers
-    "nvidia/kubevirt-gpu-device-plugin",
-    "nvidia/dra-driver-nvidia-gpu",
-    "nvidia/k8s-dra-driver-gpu",
-    "nvidia/k8s-dra-driver",
-    "nvidia/mellanox/",  # NVIDIA network operator (MOFED, RDMA shared device plugin)
-    "nfd/node-feature-discovery",
-    "eks/aws-efa-k8s-device-plugin",
-)
-
-# Owners through which a GPU-stack pod may reach the snapshot without its DaemonSet.
-_STACK_OWNER_KINDS = frozenset({"DaemonSet", "ClusterPolicy", "NVIDIADriver"})
-
-
-def image_repository(image: str) -> str:
-    """`registry/path/name` of an image reference, without tag or digest, lower-cased."""
-    ref = image.split("@", 1)[0]
-    slash = ref.rfind("/")
-    colon = ref.rfind(":")
-    if colon > slash:
-        ref = ref[:colon]
-    return ref.lower()
-
-
-def _repository_path(repository: str) -> str:
-    """The repository without its registry host (a first part with a dot, a port or localhost)."""
-    first, _, rest = repository.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        return rest
-    return repository
-
-
-def is_gpu_stack_image(image: str) -> bool:
-    path = _repository_path(image_repository(image))
-    return any(
-        path.startswith(entry) if entry.endswith("/") else path == entry
-        for entry in GPU_STACK_IMAGE_PATHS
-    )
-
-
-def _runs_as_node_agent(template: PodTemplate) -> bool:
-    owner = template.owner
-    if owner.ref.kind == "DaemonSet":
-        return True
-    # A Pod dumped without its DaemonSet still names it in ownerReferences.
-    return any(
-        str(as_mapping(ref).get("kind", "")) in _STACK_OWNER_KINDS
-        for ref in as_list(owner.metadata.get("ownerReferences"))
-    )
-
-
-def is_gpu_stack(template: PodTemplate) -> bool:
-    """A node agent of the GPU stack: run by a DaemonSet (or the operator) and built only from
-    GPU-stack images. Both conditions, so that a user's privileged DaemonSet that merely
-    borrows a CUDA image, or a Deployment named like an operand, is still audited."""
-    containers = template.containers()
-    return (
-        bool(containers)
-        and _runs_as_node_agent(template)
-        and all(is_gpu_stack_image(c.image) for c in containers)
-    )
-
-
-# --------------------------------------------------------------------------- containers
 
 
 def gpu_count(container: Container) -> Decimal:

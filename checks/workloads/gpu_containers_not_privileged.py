@@ -13,13 +13,13 @@ from gpu_audit.api import (
     as_mapping,
     check,
     failed,
+    is_gpu_stack_node_agent,
     passed,
     pod_templates,
     str_map,
 )
 from gpu_audit.checks.workloads._common import (
     added_capabilities,
-    is_gpu_stack,
     is_privileged,
     volume,
 )
@@ -70,7 +70,7 @@ _DANGEROUS_CAPS = frozenset({"SYS_ADMIN", "ALL"})
 )
 def gpu_containers_not_privileged(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):
-        if not _targets_gpus(template) or is_gpu_stack(template):
+        if not _targets_gpus(template) or is_gpu_stack_node_agent(template):
             continue
         for container in template.containers():
             yield _judge(template, container)

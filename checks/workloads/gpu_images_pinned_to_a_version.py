@@ -10,10 +10,11 @@ from gpu_audit.api import (
     Snapshot,
     check,
     failed,
+    image_repository,
+    is_gpu_stack_image,
     passed,
     pod_templates,
 )
-from gpu_audit.checks.workloads._common import image_repository, is_gpu_stack_image
 
 # CUDA/ML images whose CUDA runtime changes with the tag, whether or not the container asks
 # for a GPU itself (CPU helpers in GPU pods pull the same images).

@@ -13,9 +13,9 @@ from gpu_audit.api import (
     failed,
     format_quantity,
     gpu_pod_templates,
+    is_gpu_stack_image,
     passed,
 )
-from gpu_audit.checks.workloads._common import is_gpu_stack_image
 
 
 @check(

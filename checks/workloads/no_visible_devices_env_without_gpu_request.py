@@ -12,13 +12,13 @@ from gpu_audit.api import (
     check,
     failed,
     gpu_nodes,
+    is_gpu_stack_node_agent,
     passed,
     pod_templates,
 )
 from gpu_audit.checks.workloads._common import (
     env_list_value,
     gpu_count,
-    is_gpu_stack,
     is_privileged,
     resolved_env,
 )
@@ -90,7 +90,7 @@ _VOID = """\
 def no_visible_devices_env_without_gpu_request(snapshot: Snapshot) -> Iterator[Result]:
     mitigated = _envvar_ignored_when_unprivileged(snapshot)
     for template in pod_templates(snapshot):
-        if is_gpu_stack(template):
+        if is_gpu_stack_node_agent(template):
             continue
         for container in template.containers():
             yield from _judge(snapshot, container, mitigated)

@@ -15,9 +15,13 @@ from gpu_audit.api import (
     check,
     failed,
     gpu_pod_templates,
+    image_repository,
     passed,
 )
-from gpu_audit.checks.workloads._common import gpu_count, image_repository, volume
+from gpu_audit.checks.workloads._common import (
+    gpu_count,
+    volume,
+)
 
 SHM = "/dev/shm"
 # Image repositories of frameworks that use /dev/shm: PyTorch DataLoader workers, NCCL's SHM

@@ -1,8 +1,9 @@
-"""Multi-pod training jobs as the DIST, COST and QUOTA checks see them: replica types, pod
-counts, GPU templates and the Pods a job owns.
+"""Multi-pod training jobs as the DIST and COST checks see them: replica types and counts, the
+terminal state of a job, and the Pods a job owns.
 
 Covers Kubeflow's v1 jobs (PyTorchJob, TFJob, MPIJob), Volcano Jobs and batch/v1 Jobs. TFJob is
-read here rather than through the shared pod-template walk, which does not list it.
+read here rather than through the shared pod-template walk, which does not list it. Checks use
+these through `gpu_audit.api`.
 """
 
 from __future__ import annotations
@@ -10,14 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from gpu_audit.api import (
-    PodTemplate,
-    Resource,
-    Snapshot,
-    as_list,
-    as_mapping,
-    templates_of,
-)
+from gpu_audit.k8s import PodTemplate, as_list, as_mapping, templates_of
+from gpu_audit.model import Resource
+from gpu_audit.snapshot import Snapshot
 
 KUBEFLOW_REPLICA_KEYS = {
     "PyTorchJob.kubeflow.org": "pytorchReplicaSpecs",
@@ -45,7 +41,9 @@ class ReplicaGroup:
         return self.template.requests_gpu
 
 
-def count(value: object, default: int) -> int:
+def count_field(value: object, default: int) -> int:
+    """A count as written in a job spec (`replicas`, `minAvailable`, ...): a non-negative
+    integer, else `default`."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     return default
@@ -63,17 +61,17 @@ def replica_groups(job: Resource) -> tuple[ReplicaGroup, ...]:
             if template is not None:
                 default = _DEFAULT_REPLICAS.get((kind, str(name)), 1)
                 out.append(
-                    ReplicaGroup(str(name), count(replica.get("replicas"), default), template)
+                    ReplicaGroup(str(name), count_field(replica.get("replicas"), default), template)
                 )
         return tuple(out)
     if kind == VOLCANO_JOB:
         tasks = [as_mapping(t) for t in as_list(spec.get("tasks"))]
         return tuple(
-            ReplicaGroup(t.replica_type, count(task.get("replicas"), 1), t)
+            ReplicaGroup(t.replica_type, count_field(task.get("replicas"), 1), t)
             for t, task in zip(templates_of(job), tasks, strict=False)
         )
     if kind == "Job":
-        parallelism = count(spec.get("parallelism"), 1)
+        parallelism = count_field(spec.get("parallelism"), 1)
         return tuple(ReplicaGroup("", parallelism, t) for t in templates_of(job))
     return ()
 
@@ -86,15 +84,7 @@ def _template(owner: Resource, raw: object, path: str, name: str) -> PodTemplate
     return PodTemplate(owner, spec, as_mapping(tpl.get("metadata")), f"{path}.spec", name)
 
 
-def total_pods(groups: tuple[ReplicaGroup, ...]) -> int:
-    return sum(g.replicas for g in groups)
-
-
-def gpu_pods(groups: tuple[ReplicaGroup, ...]) -> int:
-    return sum(g.replicas for g in groups if g.gpu)
-
-
-def conditions_true(resource: Resource) -> frozenset[str]:
+def _conditions_true(resource: Resource) -> frozenset[str]:
     return frozenset(
         str(c.get("type", ""))
         for c in map(as_mapping, as_list(resource.status.get("conditions")))
@@ -116,7 +106,7 @@ def finished_as(job: Resource) -> str:
     if job.ref.kind == VOLCANO_JOB:
         phase = str(as_mapping(job.status.get("state")).get("phase", ""))
         return phase if phase in _VOLCANO_FINISHED else ""
-    done = conditions_true(job) & _FINISHED_CONDITIONS.get(job.ref.kind, frozenset())
+    done = _conditions_true(job) & _FINISHED_CONDITIONS.get(job.ref.kind, frozenset())
     return min(done) if done else ""
 
 
@@ -148,6 +138,7 @@ def pod_is_active(pod: Resource) -> bool:
 
 
 def owner_kinds(resource: Resource) -> frozenset[str]:
+    """The kinds named in the object's ownerReferences (controller or not)."""
     return frozenset(
         str(ref.get("kind", ""))
         for ref in map(as_mapping, as_list(resource.metadata.get("ownerReferences")))

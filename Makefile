@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SAMPLE := fixtures/clusters/sample
 
-.PHONY: install scan test lint typecheck pytest docs docs-check clean fuzz screenshot
+.PHONY: install scan test lint typecheck pytest docs docs-check clean fuzz screenshot bench bench-smoke
 
 $(BIN)/gpu-audit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,17 @@ typecheck: install
 
 pytest: install
 	$(BIN)/pytest -q
+
+## Time and memory at 10k/50k/150k pods vs json.loads, a live scan of 20,000 pods vs a raw
+## list, and Checkov (installed into ~/.cache/gpu-audit/checkov-venv) on the same manifests;
+## prints the figures and writes bench-results.json. Low priority: it takes a while.
+bench: install
+	nice -n 10 $(BIN)/python benchmarks/run.py --output bench-results.json
+
+## The same at a tiny scale, offline only (what tests/test_bench_smoke.py runs).
+bench-smoke: install
+	$(BIN)/python benchmarks/run.py --scales 200,400 --pending-scales 300 --live-pods 0 --checkov-pods 0 \
+		--work /tmp/gpu-audit-bench-smoke --output /tmp/gpu-audit-bench-smoke.json
 
 ## >= 100,000 hostile inputs through the loader and every check (one process, low priority);
 ## the atheris stage runs when `pip install atheris` worked on this machine.

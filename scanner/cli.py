@@ -6,12 +6,14 @@ Exit codes: 0 scan complete and nothing at or above --fail-on; 1 findings at or 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import gc
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -177,6 +179,25 @@ def _progress(quiet: bool) -> Callable[[str, int], None] | None:
         )
 
     return show
+
+
+@contextlib.contextmanager
+def _loading() -> Iterator[None]:
+    """Pause CPython's cyclic garbage collector while the snapshot is built, then freeze it.
+
+    Loading creates millions of small dicts and lists and no reference cycles, and the
+    collector would traverse all of them again at every generation-2 pass as they pile up:
+    more than half of the load time of a 150,000-pod dump. Frozen, the snapshot is also
+    skipped by the collections that run while the checks work.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()
 
 
 def _collect_live(types: Iterable[str], live: dict[str, Any]) -> Snapshot:
@@ -398,10 +419,11 @@ def scan(
         old = load_comparable(baseline) if baseline else None
         chosen = resolve_frameworks(_split(frameworks), registry)
         started = time.monotonic()
-        if from_files:
-            snapshot = load_files(from_files, sys.stdin)
-        else:
-            snapshot = _collect_live(scan_types(enabled.values()), live)
+        with _loading():
+            if from_files:
+                snapshot = load_files(from_files, sys.stdin)
+            else:
+                snapshot = _collect_live(scan_types(enabled.values()), live)
     except InputError as exc:
         _fail(exc.problems)
     day = evaluation_date(today.date() if today else None, generated_at)
@@ -456,7 +478,8 @@ def collect(output_file: str, no_plugins: bool, **live: Any) -> None:
     never read), to scan later with `scan --from-file` or attach to a support ticket."""
     from gpu_audit.sources.snapshot_file import dumps_snapshot
 
-    snapshot = _collect_live(_required_types(_registry(plugins=not no_plugins).values()), live)
+    with _loading():
+        snapshot = _collect_live(_required_types(_registry(plugins=not no_plugins).values()), live)
     _write(dumps_snapshot(snapshot), output_file)
     for gap in snapshot.gaps:
         click.echo(f"gpu-audit: not collected: {gap.type}: {gap.reason}", err=True)
@@ -684,11 +707,12 @@ def _diagnostic_snapshot(from_files: Sequence[str], live: dict[str, Any]) -> Sna
     if live["namespace"] and not from_files:
         _fail(["--namespace: the diagnostics count every pod on every node; omit it"])
     try:
-        snapshot = (
-            load_files(from_files, sys.stdin)
-            if from_files
-            else _collect_live(DIAGNOSTIC_TYPES, live)
-        )
+        with _loading():
+            snapshot = (
+                load_files(from_files, sys.stdin)
+                if from_files
+                else _collect_live(DIAGNOSTIC_TYPES, live)
+            )
     except InputError as exc:
         _fail(exc.problems)
     for gap in snapshot.gaps:

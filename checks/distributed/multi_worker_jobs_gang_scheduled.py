@@ -318,6 +318,13 @@ def _operator_gang_flag(snapshot: Snapshot, job: Resource) -> tuple[str, str] | 
     """(operator Deployment, gang scheduler name or "") for the operator that runs the job,
     None when that operator is not in the input."""
     mpi_v2 = job.ref.kind.startswith("MPIJob") and job.api_version.endswith("v2beta1")
+    # The same operator runs every job of its kind: look it up once per snapshot.
+    return snapshot.derived(
+        ("distributed.operator_gang_flag", mpi_v2), lambda s: _find_operator(s, mpi_v2)
+    )
+
+
+def _find_operator(snapshot: Snapshot, mpi_v2: bool) -> tuple[str, str] | None:
     image_part = "mpi-operator" if mpi_v2 else "training-operator"
     pattern = _MPI_GANG_FLAG if mpi_v2 else _GANG_FLAG
     for deployment in snapshot.of("Deployment"):

@@ -7,6 +7,7 @@ from gpu_audit.api import (
     Result,
     Severity,
     Snapshot,
+    Taint,
     check,
     failed,
     gpu_pod_templates,
@@ -72,13 +73,17 @@ def gpu_pods_tolerate_taints_of_some_gpu_node(snapshot: Snapshot) -> Iterator[Re
 
 def _verdict(template: PodTemplate, candidates: list[Placement]) -> Result:
     path = f"{template.path}.tolerations"
+    # Nodes of one pool share their taints: judge each distinct set once (5,000 nodes).
+    judged: dict[tuple[Taint, ...], list[Taint]] = {}
     blocked: list[tuple[Placement, list[str]]] = []
     for candidate in candidates:
-        taints = blocking_taints(template, candidate.taints)
+        taints = judged.get(candidate.taints)
+        if taints is None:
+            taints = judged[candidate.taints] = blocking_taints(template, candidate.taints)
         if not taints:
             return passed(template, _pass_message(template, candidate), path=path)
         blocked.append((candidate, [str(t) for t in taints]))
-    first = blocking_taints(template, candidates[0].taints)[0]
+    first = judged[candidates[0].taints][0]
     details = "; ".join(f"{c.label}: {', '.join(t)}" for c, t in blocked[:_SHOWN])
     more = f" (and {len(blocked) - _SHOWN} more)" if len(blocked) > _SHOWN else ""
     return failed(

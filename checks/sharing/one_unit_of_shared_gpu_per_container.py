@@ -1,5 +1,7 @@
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Mapping
 from decimal import Decimal
+from typing import Any
 
 from gpu_audit.api import (
     NVIDIA_GPU,
@@ -48,11 +50,21 @@ def _replicates(node: Resource, resource: str) -> bool:
 
 
 def _targets(snapshot: Snapshot, container: Container) -> tuple[Resource, ...]:
+    # Only the fields placement reads decide: templates alike in them share one pass over
+    # the GPU nodes.
+    spec = container.template.spec
+    affinity = as_mapping(spec.get("affinity")).get("nodeAffinity")
+    placement = [spec.get(k) for k in ("nodeName", "nodeSelector", "tolerations")]
+    key = json.dumps([*placement, affinity], sort_keys=True, default=str)
+    return snapshot.derived(("sharing.targets", key), lambda s: _matching_gpu_nodes(s, spec))
+
+
+def _matching_gpu_nodes(snapshot: Snapshot, spec: Mapping[str, Any]) -> tuple[Resource, ...]:
     nodes = gpu_nodes(snapshot)
-    node_name = container.template.spec.get("nodeName")
+    node_name = spec.get("nodeName")
     if node_name:
         return tuple(n for n in nodes if n.ref.name == node_name)
-    return tuple(n for n in nodes if schedules_on(container.template.spec, n))
+    return tuple(n for n in nodes if schedules_on(spec, n))
 
 
 @check(

@@ -1,0 +1,87 @@
+"""Time each stage of an offline scan in one process: load, checks, diagnostics, report, JSON.
+
+The stages are those of `gpu-audit scan --from-file FILE -o json` (scanner/cli.py), called
+in the same order, so the shares add up to the scan. With --profile, a cProfile of the whole
+run is written too. Prints one JSON object: seconds per stage and the check engine's share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from gpu_audit.diagnostics import diagnostics_section
+from gpu_audit.engine import CheckRun, run_check
+from gpu_audit.exemptions import apply_exemptions, evaluation_date
+from gpu_audit.registry import load_checks
+from gpu_audit.report import build_report, dumps
+from gpu_audit.sources.files import load_files
+
+T = TypeVar("T")
+
+
+def _timed(times: dict[str, float], stage: str, call: Callable[[], T]) -> T:
+    started = time.perf_counter()
+    result = call()
+    times[stage] = round(time.perf_counter() - started, 3)
+    return result
+
+
+def measure(path: str, output: str | None) -> dict[str, Any]:
+    times: dict[str, float] = {}
+    registry = load_checks(plugins=False)
+    snapshot = _timed(times, "load", lambda: load_files([path]))
+    per_check: dict[str, float] = {}
+    runs: list[CheckRun] = []
+    for check_id, check in registry.items():  # sorted by id, as run_checks runs them
+        started = time.perf_counter()
+        runs.append(run_check(check, snapshot))
+        per_check[check_id] = time.perf_counter() - started
+    times["checks"] = round(sum(per_check.values()), 3)
+    runs_, exempted = apply_exemptions(runs, snapshot, registry, None, evaluation_date(None, None))
+    diagnostics = _timed(times, "diagnostics", lambda: diagnostics_section(snapshot))
+    document = _timed(
+        times,
+        "report",
+        lambda: build_report(snapshot, runs_, exemptions=exempted, diagnostics=diagnostics),
+    )
+    text = _timed(times, "json", lambda: dumps(document))
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+    total = sum(times.values())
+    slowest = sorted(per_check.items(), key=lambda pair: (-pair[1], pair[0]))[:5]
+    return {
+        "objects": len(snapshot),
+        "seconds": times,
+        "total_seconds": round(total, 3),
+        "check_engine_share": round(times["checks"] / total, 3) if total else 0.0,
+        "slowest_checks": [{"id": i, "seconds": round(s, 3)} for i, s in slowest],
+        "findings": len(document["findings"]),
+        "report_bytes": len(text.encode()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("path")
+    parser.add_argument("--profile", help="write a cProfile of the run to this file")
+    parser.add_argument("--output", help="write the JSON report here")
+    args = parser.parse_args()
+    if args.profile:
+        profiler = cProfile.Profile()
+        result = profiler.runcall(measure, args.path, args.output)
+        profiler.dump_stats(args.profile)
+    else:
+        result = measure(args.path, args.output)
+    json.dump(result, sys.stdout)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

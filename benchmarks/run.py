@@ -1,0 +1,591 @@
+"""`make bench`: gpu-audit's time and memory on synthetic clusters, against floors and Checkov.
+
+Every measurement is its own process, so its peak RSS is its own (os.wait4's rusage of that
+child). In one run:
+
+* offline: for each scale, `gpu-audit scan --from-file DUMP -o json` against the time and peak
+  RSS of only `json.loads` of the same file (the floor), and the scan's stages at the largest
+  scale (benchmarks/phases.py: the check engine's share, with a cProfile of the run);
+* live (--live-pods): the test control plane of tests/live loaded with a synthetic cluster,
+  `gpu-audit scan` against a raw paginated list of the same kinds, and against `kubectl get`;
+* Checkov (--checkov-pods): `checkov --framework kubernetes` against `gpu-audit scan` on the
+  same manifest directory; Checkov is installed from PyPI into its own virtualenv.
+
+Results are printed and written as JSON (--output) to compare across commits. There are no
+assertions: goals not met are reported with their ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import pstats
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PYTHON = sys.executable
+GPU_AUDIT = str(Path(PYTHON).with_name("gpu-audit"))
+CHECKOV_VENV = Path.home() / ".cache" / "gpu-audit" / "checkov-venv"
+K8S_BIN = Path.home() / ".cache" / "gpu-audit" / "k8s-bin"
+TIME = "/usr/bin/time" if Path("/usr/bin/time").exists() else None
+GOALS = {
+    "offline_time_vs_json_loads": 3.0,
+    "offline_rss_vs_json_loads": 1.5,
+    "live_time_vs_raw_list": 1.5,
+    "checkov_vs_gpu_audit": 10.0,
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    seconds: float
+    peak_rss_mib: float
+    exit_code: int
+
+
+def measure(
+    cmd: Sequence[str],
+    stdout: Path | None = None,
+    env: dict[str, str] | None = None,
+    ok: tuple[int, ...] = (0, 1),  # 1: findings at or above --fail-on (Checkov: failed checks)
+) -> Run:
+    """Wall time and peak RSS of one command. The RSS comes from GNU time when installed: a
+    child forked straight from this (large) process would count the pages it shared with it
+    before exec in its own peak. Without GNU time, the child's rusage from wait4 is used."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as figures:
+        timed = [TIME, "-f", "%M", "-o", figures.name, *cmd] if TIME else list(cmd)
+        with (stdout or Path(os.devnull)).open("wb") as out:
+            started = time.perf_counter()
+            child = subprocess.Popen(timed, stdout=out, stderr=subprocess.PIPE, env=env)
+            assert child.stderr is not None
+            errors = child.stderr.read()
+            _, status, usage = os.wait4(child.pid, 0)
+            seconds = time.perf_counter() - started
+        code = os.waitstatus_to_exitcode(status)
+        peak_kib = int(figures.read().split()[-1]) if TIME else usage.ru_maxrss
+    if code not in ok:
+        tail = errors.decode(errors="replace")[-2000:]
+        raise RuntimeError(f"{' '.join(cmd[:3])} ... exited {code}:\n{tail}")
+    return Run(round(seconds, 3), round(peak_kib / 1024, 1), code)
+
+
+def _ratio(a: float, b: float) -> float:
+    return round(a / b, 2) if b else 0.0
+
+
+def generate(work: Path, pods: int, seed: int, pending: float = 0.0) -> tuple[Path, dict[str, Any]]:
+    path = work / f"cluster-{pods}-seed{seed}-pending{pending:g}.json"
+    meta = Path(f"{path}.meta.json")
+    if not (path.exists() and meta.exists()):
+        subprocess.run(
+            [
+                PYTHON,
+                str(HERE / "generate.py"),
+                "--pods",
+                str(pods),
+                "--seed",
+                str(seed),
+                "--pending",
+                str(pending),
+                "--output",
+                str(path),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    return path, json.loads(meta.read_text())
+
+
+def offline(work: Path, scales: Sequence[int], seed: int, profile_top: int) -> dict[str, Any]:
+    rows = []
+    for pods in scales:
+        dump, meta = generate(work, pods, seed)
+        floor = measure(
+            [PYTHON, "-c", f"import json; json.loads(open({str(dump)!r}, 'rb').read())"]
+        )
+        scan = measure(
+            [
+                GPU_AUDIT,
+                "scan",
+                "--from-file",
+                str(dump),
+                "-o",
+                "json",
+                "--output-file",
+                str(work / f"report-{pods}.json"),
+            ]
+        )
+        rows.append(
+            {
+                "pods": meta["pods"],
+                "nodes": meta["nodes"],
+                "objects": meta["objects"],
+                "file_mib": round(meta["bytes"] / 2**20, 1),
+                "misconfigured_gpu_workloads": meta["misconfigured_gpu_workloads"],
+                "pending_pods": meta["pending_pods"],
+                "json_loads": asdict(floor),
+                "scan": asdict(scan),
+                "time_ratio": _ratio(scan.seconds, floor.seconds),
+                "rss_ratio": _ratio(scan.peak_rss_mib, floor.peak_rss_mib),
+                "scan_ms_per_1k_objects": round(1000 * scan.seconds / meta["objects"] * 1000, 1),
+                "findings": len(json.loads((work / f"report-{pods}.json").read_text())["findings"]),
+            }
+        )
+    largest, _ = generate(work, max(scales), seed)
+    profile = work / "phases.prof"
+    stages = subprocess.run(
+        [PYTHON, str(HERE / "phases.py"), str(largest), "--profile", str(profile)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    phases = json.loads(stages.stdout)
+    phases["profile_top"] = _profile_top(profile, profile_top)
+    first, last = rows[0], rows[-1]
+    phases["pods"] = last["pods"]
+    growth = _ratio(last["scan_ms_per_1k_objects"], first["scan_ms_per_1k_objects"])
+    return {"scales": rows, "phases": phases, "per_object_cost_growth": growth}
+
+
+def _profile_top(path: Path, count: int) -> list[dict[str, Any]]:
+    """The functions with the most cumulative time under the scan's stages."""
+    stats = pstats.Stats(str(path))
+    rows = []
+    for (file, line, name), (_, calls, _tt, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
+        if file.endswith("phases.py") or not ("/work/" in file or "site-packages" in file):
+            continue  # the harness's own frames, and the standard library
+        rows.append(
+            {
+                "function": f"{Path(file).name}:{line}({name})",
+                "calls": calls,
+                "cumulative_seconds": round(cumulative, 3),
+            }
+        )
+    rows.sort(key=lambda r: (-r["cumulative_seconds"], r["function"]))
+    return rows[:count]
+
+
+def pending_diagnostics(work: Path, pods: int, seed: int, share: float) -> dict[str, Any]:
+    """The scan's stages on a dump where `share` of the GPU workloads wait for a node: the
+    diagnostics explain every Pending GPU pod against every node."""
+    dump, meta = generate(work, pods, seed, share)
+    stages = subprocess.run(
+        [PYTHON, str(HERE / "phases.py"), str(dump)], check=True, capture_output=True, text=True
+    )
+    phases = json.loads(stages.stdout)
+    return {
+        "pods": meta["pods"],
+        "nodes": meta["nodes"],
+        "pending_share": share,
+        "pending_pods": meta["pending_pods"],
+        "seconds": phases["seconds"],
+        "report_mib": round(phases["report_bytes"] / 2**20, 1),
+    }
+
+
+# --------------------------------------------------------------------------- live
+
+
+def _live_types() -> list[str]:
+    """The resource types `gpu-audit scan` lists: what the checks read, plus the diagnostics'."""
+    from gpu_audit.diagnostics import SCAN_TYPES
+    from gpu_audit.registry import load_checks
+
+    checks = load_checks(plugins=False).values()
+    return sorted({t for c in checks for t in c.required_types} | set(SCAN_TYPES))
+
+
+def _collection_paths(types: Sequence[str]) -> list[str]:
+    from gpu_audit.kinds import KNOWN_KINDS
+
+    paths = []
+    for type_ in types:
+        info = KNOWN_KINDS.get(type_)
+        if info is None or type_ == "Secret":
+            continue
+        version = info.versions[0]
+        prefix = f"/api/{version}" if not info.group else f"/apis/{info.group}/{version}"
+        paths.append(f"{prefix}/{info.plural}")
+    return paths
+
+
+def _bin_dir() -> Path | None:
+    env = os.environ.get("GPU_AUDIT_K8S_BIN")
+    if env:
+        return Path(env)
+    found = sorted(p for p in K8S_BIN.glob("*/") if (p / "kube-apiserver").is_file())
+    return found[-1] if found else None
+
+
+def live(work: Path, pods: int, seed: int) -> dict[str, Any]:
+    bin_dir = _bin_dir()
+    if bin_dir is None:
+        return {
+            "skipped": f"no kube-apiserver/etcd under {K8S_BIN} (scripts/build-control-plane.sh)"
+        }
+    sys.path.insert(0, str(HERE))
+    import live_cluster
+
+    dump, meta = generate(work, pods, seed)
+    objects = json.loads(dump.read_text())["items"]
+    plane = work / "control-plane"
+    shutil.rmtree(plane, ignore_errors=True)
+    plane.mkdir()
+    with live_cluster.control_plane(bin_dir, plane) as cluster:
+        started = time.perf_counter()
+        loaded = live_cluster.load(cluster, objects)
+        load_seconds = round(time.perf_counter() - started, 1)
+        del objects
+        token_file = plane / "bench.token"
+        token_file.write_text(cluster.token)
+        paths = _collection_paths(_live_types())
+        env = {**os.environ, "KUBECONFIG": cluster.kubeconfig}
+        scan = measure(
+            [
+                GPU_AUDIT,
+                "scan",
+                "--kubeconfig",
+                cluster.kubeconfig,
+                "-q",
+                "-o",
+                "json",
+                "--output-file",
+                str(work / "report-live.json"),
+            ],
+            env=env,
+        )
+        listed = work / "raw-list.json"
+        raw = measure(
+            [
+                PYTHON,
+                str(HERE / "raw_list.py"),
+                cluster.server,
+                cluster.ca_file,
+                str(token_file),
+                *paths,
+            ],
+            stdout=listed,
+        )
+        served = json.loads(listed.read_text())["served"]
+        # kubectl stops at a type the server does not serve: give it the served ones only.
+        kubectl = _kubectl(cluster.kubeconfig, served, env)
+        report = json.loads((work / "report-live.json").read_text())
+    result: dict[str, Any] = {
+        "pods": meta["pods"],
+        "objects_created": sum(loaded["created"].values()),
+        "created": loaded["created"],
+        "refused_by_the_api_server": loaded["refused"],
+        "load_seconds": load_seconds,
+        "kinds_listed": len(paths),
+        "kinds_served": len(served),
+        "scan": asdict(scan),
+        "scan_complete": report["complete"],
+        "raw_list": asdict(raw),
+        "time_ratio_vs_raw_list": _ratio(scan.seconds, raw.seconds),
+        "rss_ratio_vs_raw_list": _ratio(scan.peak_rss_mib, raw.peak_rss_mib),
+    }
+    if kubectl is not None:
+        result["kubectl_get"] = asdict(kubectl)
+        result["time_ratio_vs_kubectl"] = _ratio(scan.seconds, kubectl.seconds)
+    return result
+
+
+def _kubectl(kubeconfig: str, paths: Sequence[str], env: dict[str, str]) -> Run | None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        return None
+    # kubectl names a resource plural.group; core ones by plural alone.
+    names = []
+    for path in paths:
+        parts = path.strip("/").split("/")
+        names.append(parts[-1] if parts[0] == "api" else f"{parts[-1]}.{parts[1]}")
+    return measure(
+        [
+            kubectl,
+            "--kubeconfig",
+            kubeconfig,
+            "get",
+            ",".join(names),
+            "-A",
+            "-o",
+            "json",
+            "--chunk-size=500",
+        ],
+        env=env,
+        ok=(0,),
+    )
+
+
+# --------------------------------------------------------------------------- Checkov
+
+
+def _checkov() -> tuple[str | None, str]:
+    """The checkov executable in its own virtualenv (installed from PyPI on first use), and
+    its version or why it could not be had."""
+    exe = CHECKOV_VENV / "bin" / "checkov"
+    if not exe.exists():
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(CHECKOV_VENV)], check=True)
+            subprocess.run(
+                [str(CHECKOV_VENV / "bin" / "pip"), "install", "--quiet", "checkov"],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+            detail = getattr(exc, "stderr", "") or str(exc)
+            return None, f"pip install checkov failed: {str(detail).strip()[-500:]}"
+    version = subprocess.run(
+        [str(exe), "--version"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return str(exe), version
+
+
+def manifest_dir(work: Path, pods: int, seed: int) -> Path:
+    """The synthetic cluster as manifests: one multi-document YAML file per namespace."""
+    target = work / f"manifests-{pods}"
+    if target.exists():
+        return target
+    dump, _ = generate(work, pods, seed)
+    by_namespace: dict[str, list[dict[str, Any]]] = {}
+    for obj in json.loads(dump.read_text())["items"]:
+        namespace = obj["metadata"].get("namespace") or "_cluster"
+        by_namespace.setdefault(namespace, []).append(obj)
+    partial = Path(tempfile.mkdtemp(dir=work))
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    for namespace, objects in sorted(by_namespace.items()):
+        with (partial / f"{namespace}.yaml").open("w") as out:
+            yaml.dump_all(objects, out, Dumper=dumper, sort_keys=False)
+    partial.rename(target)
+    return target
+
+
+def checkov(work: Path, pods: int, seed: int) -> dict[str, Any]:
+    exe, version = _checkov()
+    if exe is None:
+        return {"skipped": version}
+    directory = manifest_dir(work, pods, seed)
+    files = sorted(directory.glob("*.yaml"))
+    _, meta = generate(work, pods, seed)
+    ours = measure(
+        [
+            GPU_AUDIT,
+            "scan",
+            "--from-file",
+            str(directory),
+            "-o",
+            "json",
+            "--output-file",
+            str(work / "report-checkov-dir.json"),
+        ]
+    )
+    theirs = measure(
+        [
+            exe,
+            "-d",
+            str(directory),
+            "--framework",
+            "kubernetes",
+            "--quiet",
+            "--compact",
+            "-o",
+            "json",
+            "--skip-download",
+        ],
+        stdout=work / "checkov.json",
+    )
+    return {
+        "checkov_version": version,
+        "pods": pods,
+        "files": len(files),
+        "objects": meta["objects"],
+        "gpu_audit": asdict(ours),
+        "checkov": asdict(theirs),
+        "checkov_time_vs_gpu_audit": _ratio(theirs.seconds, ours.seconds),
+    }
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _commit() -> str:
+    found = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return found.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def summary(results: dict[str, Any]) -> list[str]:
+    lines = [f"gpu-audit benchmark, commit {results['commit']}, {results['machine']}"]
+    off = results["offline"]
+    lines.append(
+        "offline scan (gpu-audit scan --from-file DUMP -o json) vs json.loads of the file:"
+    )
+    lines.append(
+        f"  {'pods':>7} {'nodes':>5} {'objects':>7} {'MiB':>6} | {'json.loads s':>12} "
+        f"{'MiB':>6} | {'scan s':>7} {'MiB':>6} | {'time x':>6} {'RSS x':>5} | ms/1k obj"
+    )
+    lines.extend(
+        f"  {row['pods']:>7} {row['nodes']:>5} {row['objects']:>7} {row['file_mib']:>6} | "
+        f"{row['json_loads']['seconds']:>12} {row['json_loads']['peak_rss_mib']:>6} | "
+        f"{row['scan']['seconds']:>7} {row['scan']['peak_rss_mib']:>6} | "
+        f"{row['time_ratio']:>6} {row['rss_ratio']:>5} | {row['scan_ms_per_1k_objects']}"
+        for row in off["scales"]
+    )
+    phases = off["phases"]
+    lines.append(
+        f"  stages at the largest scale (s): {phases['seconds']}; check engine share "
+        f"{phases['check_engine_share']:.0%}; slowest checks {phases['slowest_checks']}"
+    )
+    lines.append(f"  per-object cost, largest vs smallest scale: x{off['per_object_cost_growth']}")
+    lines.append("  profile (cumulative s) of the largest scan:")
+    lines.extend(
+        f"    {p['cumulative_seconds']:>8}  {p['calls']:>9}  {p['function']}"
+        for p in phases["profile_top"]
+    )
+    lines.extend(
+        f"  with {pd['pending_pods']} Pending GPU pods ({pd['pods']} pods, {pd['nodes']} nodes):"
+        f" stages (s) {pd['seconds']}, report {pd['report_mib']} MiB"
+        for pd in results.get("pending_diagnostics", [])
+    )
+    lv = results.get("live")
+    if lv is not None:
+        if "skipped" in lv:
+            lines.append(f"live: skipped ({lv['skipped']})")
+        else:
+            lines.append(
+                f"live scan, {lv['pods']} pods ({lv['objects_created']} objects, loaded in "
+                f"{lv['load_seconds']} s), {lv['kinds_listed']} kinds ({lv['kinds_served']} "
+                "served): gpu-audit "
+                f"{lv['scan']['seconds']} s / {lv['scan']['peak_rss_mib']} MiB, raw list "
+                f"{lv['raw_list']['seconds']} s / {lv['raw_list']['peak_rss_mib']} MiB "
+                f"(x{lv['time_ratio_vs_raw_list']} time, x{lv['rss_ratio_vs_raw_list']} RSS)"
+                + (
+                    f", kubectl get {lv['kubectl_get']['seconds']} s / "
+                    f"{lv['kubectl_get']['peak_rss_mib']} MiB (x{lv['time_ratio_vs_kubectl']})"
+                    if "kubectl_get" in lv
+                    else ""
+                )
+            )
+    ck = results.get("checkov")
+    if ck is not None:
+        if "skipped" in ck:
+            lines.append(f"checkov: skipped ({ck['skipped']})")
+        else:
+            lines.append(
+                f"checkov {ck['checkov_version']} vs gpu-audit on {ck['files']} manifest files "
+                f"({ck['pods']} pods): checkov {ck['checkov']['seconds']} s / "
+                f"{ck['checkov']['peak_rss_mib']} MiB, gpu-audit {ck['gpu_audit']['seconds']} s / "
+                f"{ck['gpu_audit']['peak_rss_mib']} MiB: gpu-audit x{ck['checkov_time_vs_gpu_audit']} faster"
+            )
+    lines.append("goals (measured / goal):")
+    for name, measured, goal, better_low in _goals(results):
+        met = measured <= goal if better_low else measured >= goal
+        lines.append(
+            f"  {name}: {measured} / {'<=' if better_low else '>='} {goal}: {'met' if met else 'NOT met'}"
+        )
+    return lines
+
+
+def _goals(results: dict[str, Any]) -> list[tuple[str, float, float, bool]]:
+    last = results["offline"]["scales"][-1]
+    goals = [
+        (
+            "offline time / json.loads time",
+            last["time_ratio"],
+            GOALS["offline_time_vs_json_loads"],
+            True,
+        ),
+        (
+            "offline peak RSS / json.loads peak",
+            last["rss_ratio"],
+            GOALS["offline_rss_vs_json_loads"],
+            True,
+        ),
+    ]
+    lv = results.get("live") or {}
+    if "time_ratio_vs_raw_list" in lv:
+        goals.append(
+            (
+                "live time / raw list time",
+                lv["time_ratio_vs_raw_list"],
+                GOALS["live_time_vs_raw_list"],
+                True,
+            )
+        )
+    ck = results.get("checkov") or {}
+    if "checkov_time_vs_gpu_audit" in ck:
+        goals.append(
+            (
+                "Checkov time / gpu-audit time",
+                ck["checkov_time_vs_gpu_audit"],
+                GOALS["checkov_vs_gpu_audit"],
+                False,
+            )
+        )
+    return goals
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scales", default="10000,50000,150000", help="pods per offline dump")
+    parser.add_argument("--live-pods", type=int, default=20000, help="0: no live benchmark")
+    parser.add_argument("--checkov-pods", type=int, default=1000, help="0: no Checkov run")
+    parser.add_argument(
+        "--pending-scales",
+        default="2000,10000",
+        help="pods of the dumps whose --pending-share GPU workloads stay Pending ('' for none)",
+    )
+    parser.add_argument("--pending-share", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--work", type=Path, default=Path(tempfile.gettempdir()) / "gpu-audit-bench"
+    )
+    parser.add_argument("--output", type=Path, default=REPO / "bench-results.json")
+    parser.add_argument("--profile-top", type=int, default=15)
+    args = parser.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    scales = sorted(int(s) for s in args.scales.split(","))
+    results: dict[str, Any] = {
+        "commit": _commit(),
+        "machine": f"{platform.python_implementation()} {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs, {platform.machine()}",
+        "goals": GOALS,
+        "offline": offline(args.work, scales, args.seed, args.profile_top),
+    }
+    results["pending_diagnostics"] = [
+        pending_diagnostics(args.work, int(pods), args.seed, args.pending_share)
+        for pods in args.pending_scales.split(",")
+        if pods
+    ]
+    if args.live_pods:
+        results["live"] = live(args.work, args.live_pods, args.seed)
+    if args.checkov_pods:
+        results["checkov"] = checkov(args.work, args.checkov_pods, args.seed)
+    args.output.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    print("\n".join(summary(results)))
+    print(f"results: {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -171,9 +171,15 @@ def render_explanation(explanation: Mapping[str, Any]) -> str:
             maxcolwidths=[None, None, 50, 70],
         )
         lines += ["", _indent(table, "  ")]
-        hidden = len(explanation["nodes"]) - len(rows)
+        hidden = explanation.get("nodes_evaluated", len(explanation["nodes"])) - len(rows)
         if hidden > 0:
-            lines.append(f"  ... and {hidden} more nodes (see --format json)")
+            where = (
+                f"gpu-audit why-pending {explanation['pod']['namespace']}/"
+                f"{explanation['pod']['name']} lists them"
+                if "nodes_evaluated" in explanation
+                else "see --format json"
+            )
+            lines.append(f"  ... and {hidden} more nodes ({where})")
     if explanation["fixes"]:
         lines += ["", "  Fix:"]
         lines += [_indent(fix) for fix in explanation["fixes"]]

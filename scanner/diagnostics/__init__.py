@@ -44,6 +44,12 @@ __all__ = [
 ]
 
 
+# Nodes shown per Pending pod in a scan report. The summary and histogram count every node;
+# listing all of them would make a report of pending pods x nodes (5,000 nodes each).
+# `gpu-audit why-pending` shows every node.
+REPORT_NODES_PER_POD = 20
+
+
 def diagnostics_section(snapshot: Snapshot) -> dict[str, Any]:
     """The report's `diagnostics`: the inventory and every Pending GPU pod's explanation
     (sorted by namespace and name), or null parts when the input has no Nodes or no Pods."""
@@ -53,10 +59,23 @@ def diagnostics_section(snapshot: Snapshot) -> dict[str, Any]:
     if snapshot.has("Pod"):
         ctx = scheduling_context(snapshot, usage)
         pending = [
-            explain_pending(snapshot, pod, ctx).as_dict()
+            _closest_nodes(explain_pending(snapshot, pod, ctx).as_dict())
             for pod in pending_gpu_pods(snapshot, usage)
         ]
     return {"inventory": inventory, "pending_pods": pending}
+
+
+def _closest_nodes(explanation: dict[str, Any]) -> dict[str, Any]:
+    """Keep the nodes nearest to taking the pod: those that fit, then GPU nodes with the
+    fewest failed predicates; `nodes_evaluated` says how many there were."""
+    nodes = explanation["nodes"]
+
+    def distance(node: dict[str, Any]) -> tuple[bool, bool, int, str]:
+        failed = sum(1 for v in node["predicates"] if not v["passed"])
+        return (not node["fits"], not node["gpu_node"], failed, node["node"])
+
+    kept = sorted(nodes, key=distance)[:REPORT_NODES_PER_POD]
+    return {**explanation, "nodes": kept, "nodes_evaluated": len(nodes)}
 
 
 def explain_targets(snapshot: Snapshot, target: str | None) -> list[PendingExplanation]:

@@ -91,3 +91,51 @@ def test_scan_report_has_a_valid_diagnostics_section(runner: CliRunner) -> None:
     assert report["diagnostics"]["inventory"]["totals"][0]["allocatable"] == 80
     table = runner.invoke(main, ["scan", "--from-file", str(case)]).stdout
     assert "Pending GPU pods (1):" in table and "GPU inventory" in table
+
+
+def _node(name: str, gpus: int, cordoned: bool = False) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}},
+        "spec": {"unschedulable": cordoned},
+        "status": {
+            "allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": gpus},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def test_scan_reports_list_the_nearest_nodes_and_why_pending_lists_all(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """A report of pending pods x nodes would not scale to 5,000 nodes: the scan keeps the
+    nodes nearest to taking the pod and counts the rest; why-pending shows every node."""
+    # 15 cordoned nodes fail two predicates, 16 fail only for want of GPUs.
+    nodes = [_node(f"gpu-{i:02}", 1, cordoned=i < 15) for i in range(30)] + [_node("gpu-big", 4)]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": "ml"},
+        "spec": {
+            "containers": [
+                {"name": "t", "image": "x:1", "resources": {"limits": {"nvidia.com/gpu": 8}}}
+            ]
+        },
+        "status": {"phase": "Pending"},
+    }
+    dump = tmp_path / "cluster.json"
+    dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [*nodes, pod]}))
+    report = json.loads(
+        runner.invoke(main, ["scan", "--from-file", str(dump), "-o", "json"]).stdout
+    )
+    (pending,) = report["diagnostics"]["pending_pods"]
+    assert pending["nodes_evaluated"] == 31
+    assert len(pending["nodes"]) == 20
+    kept = [n["node"] for n in pending["nodes"]]
+    assert kept[:16] == [f"gpu-{i}" for i in range(15, 30)] + ["gpu-big"]
+    assert kept[16:] == ["gpu-00", "gpu-01", "gpu-02", "gpu-03"]
+    assert pending["summary"].startswith("0/31 nodes are available: ")
+    args = ["why-pending", "ml/trainer", "--from-file", str(dump), "-o", "json"]
+    (full,) = json.loads(runner.invoke(main, args).stdout)["pending_pods"]
+    assert len(full["nodes"]) == 31 and "nodes_evaluated" not in full

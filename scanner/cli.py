@@ -183,19 +183,18 @@ def _progress(quiet: bool) -> Callable[[str, int], None] | None:
 
 @contextlib.contextmanager
 def _loading() -> Iterator[None]:
-    """Pause CPython's cyclic garbage collector while the snapshot is built, then freeze it.
+    """Pause CPython's cyclic garbage collector while the snapshot is built.
 
-    Loading creates millions of small dicts and lists and no reference cycles, and the
-    collector would traverse all of them again at every generation-2 pass as they pile up:
-    more than half of the load time of a 150,000-pod dump. Frozen, the snapshot is also
-    skipped by the collections that run while the checks work.
+    Loading creates millions of small dicts and lists and no garbage cycles, and the collector
+    would traverse all of them again at every generation-2 pass as they pile up: more than
+    half of the load time of a 150,000-pod dump. (Not gc.freeze(): frozen objects are never
+    freed, which leaks every snapshot when the CLI runs in-process, as in tests.)
     """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.freeze()
         if was_enabled:
             gc.enable()
 

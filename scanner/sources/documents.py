@@ -108,9 +108,9 @@ def parse(name: str, text: str, is_json: bool) -> Iterator[tuple[int, Any]]:
         ) from None
     except RecursionError:  # only PyYAML's pure-Python parser recurses; libyaml stops at 1000
         raise InputError([f"{name}: document {index + 2}: nested too deeply"]) from None
-    except (AttributeError, TypeError, ValueError, OverflowError) as exc:
+    except (AttributeError, TypeError, ValueError, OverflowError, IndexError) as exc:
         # PyYAML's constructors raise these for a value that does not fit its explicit tag
-        # (`!!timestamp` with no value, `!!int x`) instead of a YAMLError.
+        # (`!!timestamp` or `!!int` with no value, `!!int x`) instead of a YAMLError.
         raise InputError(
             [f"{name}: document {index + 2}: invalid YAML: a value does not fit its tag ({exc})"]
         ) from None

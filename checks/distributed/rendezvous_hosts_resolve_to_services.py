@@ -247,7 +247,7 @@ def _pod_reason(
     if _subdomain(template) != subdomain:
         field = "spec.serviceName" if owner.ref.kind == "StatefulSet" else "spec.subdomain"
         return f"the pod template's {field} is not {subdomain}"
-    if hostname not in _hostnames(template):
+    if not _has_hostname(template, hostname):
         return f"no pod of {owner.ref} has the hostname {hostname}"
     return ""
 
@@ -258,16 +258,28 @@ def _subdomain(template: PodTemplate) -> str:
     return str(template.spec.get("subdomain", ""))
 
 
-def _hostnames(template: PodTemplate) -> set[str]:
+def _has_hostname(template: PodTemplate, hostname: str) -> bool:
+    """Whether one of the template's pods is named `hostname`. Ordinals are parsed, never
+    enumerated: `completions` can be any number (a billion would be a billion names)."""
     owner = template.owner
     spec = owner.spec
     if template.spec.get("hostname"):
-        return {str(template.spec["hostname"])}
+        return hostname == str(template.spec["hostname"])
     if owner.ref.kind == "StatefulSet":
-        return {f"{owner.ref.name}-{i}" for i in range(_count(spec.get("replicas")))}
-    if owner.ref.kind == "Job" and spec.get("completionMode") == "Indexed":
-        return {f"{owner.ref.name}-{i}" for i in range(_count(spec.get("completions")))}
-    return set()  # other pods get a DNS record under a subdomain only with spec.hostname
+        count = spec.get("replicas")
+    elif owner.ref.kind == "Job" and spec.get("completionMode") == "Indexed":
+        count = spec.get("completions")
+    else:
+        return False  # other pods get a DNS record under a subdomain only with spec.hostname
+    prefix, _, ordinal = hostname.rpartition("-")
+    return (
+        prefix == owner.ref.name
+        and 0 < len(ordinal) <= 18
+        and ordinal.isascii()
+        and ordinal.isdigit()
+        and str(int(ordinal)) == ordinal
+        and int(ordinal) < _count(count)
+    )
 
 
 def _count(value: object) -> int:

@@ -158,6 +158,29 @@ def test_rendezvous_service_cases(scan: Any) -> None:
     assert unresolved.results == ()
 
 
+@pytest.mark.parametrize(
+    ("master", "outcome"),
+    [
+        ("trainer-999999999999.trainer", Outcome.PASS),  # within completions
+        ("trainer-1000000000000.trainer", Outcome.FAIL),  # one past the last index
+        ("trainer-01.trainer", Outcome.FAIL),  # pods are named without leading zeros
+        ("trainer-" + "9" * 5000 + ".trainer", Outcome.FAIL),  # no int() of 5,000 digits
+    ],
+)
+def test_indexed_job_hostnames_are_parsed_not_enumerated(
+    scan: Any, master: str, outcome: Outcome
+) -> None:
+    """completions can be any number: a set of a trillion pod names would never finish (the
+    fuzzer found this as an out-of-memory kill)."""
+    job = _job_with_master(master)
+    job["spec"].update(completionMode="Indexed", completions=10**12, parallelism=2)
+    job["spec"]["template"]["spec"]["subdomain"] = "trainer"
+    service = _service(
+        "trainer", clusterIP="None", selector={"batch.kubernetes.io/job-name": "trainer"}
+    )
+    assert [v[1] for v in _verdicts(scan("GPU-DIST-003", service, job))] == [outcome]
+
+
 # --------------------------------------------------------------------------- GPU-DIST-005
 
 

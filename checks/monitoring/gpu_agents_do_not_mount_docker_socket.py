@@ -173,5 +173,5 @@ def _mounts_of(container: Mapping[str, Any], volume_names: set[str]) -> list[str
     return sorted(
         str(m.get("mountPath", ""))
         for m in map(as_mapping, as_list(container.get("volumeMounts")))
-        if m.get("name") in volume_names
+        if str(m.get("name", "")) in volume_names
     )

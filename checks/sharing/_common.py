@@ -185,7 +185,7 @@ def _mounted_config_map(daemonset: Resource) -> str:
             if m.get("mountPath") == CONFIG_MOUNT
         }
         for volume in map(as_mapping, as_list(template.spec.get("volumes"))):
-            if volume.get("name") in mounts and volume.get("configMap"):
+            if str(volume.get("name", "")) in mounts and volume.get("configMap"):
                 return str(as_mapping(volume.get("configMap")).get("name", ""))
     return ""
 

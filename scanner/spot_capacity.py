@@ -48,6 +48,6 @@ def runs_on_spot(template: PodTemplate) -> bool:
         if any(_expression_allows_spot(e) for e in expressions):
             return True
     return any(
-        as_mapping(t).get("key") in SPOT_TAINT_KEYS
+        str(as_mapping(t).get("key", "")) in SPOT_TAINT_KEYS
         for t in as_list(template.spec.get("tolerations"))
     )

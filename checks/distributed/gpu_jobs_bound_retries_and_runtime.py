@@ -129,7 +129,7 @@ def _kubeflow_problems(job: TrainingJob) -> Iterator[Problem]:
     restarting = [
         str(name)
         for name, replica in as_mapping(job.resource.spec.get(key)).items()
-        if as_mapping(replica).get("restartPolicy") in _RESTARTING
+        if str(as_mapping(replica).get("restartPolicy", "")) in _RESTARTING
     ]
     if restarting and run_policy.get("backoffLimit") is None:
         yield (

@@ -92,7 +92,7 @@ def _status_failure(kind: str, status: Mapping[str, Any]) -> PodFailure | None:
     )
     restarts = status.get("restartCount")
     detail = f" ({terminated.get('reason') or 'Error'}, exit code {terminated.get('exitCode')})"
-    if waiting.get("reason") in STUCK_REASONS:
+    if str(waiting.get("reason", "")) in STUCK_REASONS:
         last = detail if terminated.get("exitCode") not in (None, 0) else ""
         return PodFailure(container, f"{name} is in {waiting.get('reason')}{last}")
     if isinstance(restarts, int) and restarts >= RESTARTS_AS_EVIDENCE and not status.get("ready"):

@@ -87,3 +87,34 @@ def test_a_volume_named_by_a_mapping_is_not_a_crash(tmp_path: Path) -> None:
     for check_id in ("GPU-SHARE-001", "GPU-SHARE-002", "GPU-SHARE-003", "GPU-MON-005"):
         run = run_check(CHECKS[check_id], snapshot)
         assert run.status is not CheckStatus.ERROR, (check_id, run.error_detail)
+
+
+def test_a_toleration_key_that_is_a_list_is_not_a_crash(tmp_path: Path) -> None:
+    """`tolerations[].key: []` made DIST-004 and DIST-005 raise TypeError (unhashable list)
+    when they looked the key up among the spot taints."""
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "eval", "namespace": "ml"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "tolerations": [{"key": [], "operator": "Exists", "effect": "NoSchedule"}],
+                    "containers": [
+                        {
+                            "name": "eval",
+                            "image": "x:1",
+                            "resources": {"limits": {"nvidia.com/gpu": 1}},
+                        }
+                    ],
+                }
+            }
+        },
+    }
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    snapshot = load_files([str(path)])
+    for check_id in ("GPU-DIST-004", "GPU-DIST-005"):
+        run = run_check(CHECKS[check_id], snapshot)
+        assert run.status is not CheckStatus.ERROR, (check_id, run.error_detail)

@@ -40,8 +40,20 @@ _DECIMAL = {
 }
 
 
+# No Kubernetes object holds a quantity of 2^63 or more (an int64 of the smallest unit);
+# bigger numbers would also overflow the arithmetic the checks do (1e28 % 1).
+_QUANTITY_LIMIT = Decimal(2) ** 63
+
+
 def parse_quantity(value: object) -> Decimal:
     """Parse a quantity the way the API server does: 1, "1", "1000m" and "1e0" are equal."""
+    parsed = _parse_quantity(value)
+    if not parsed.is_finite() or abs(parsed) >= _QUANTITY_LIMIT:
+        raise QuantityError(f"{value!r} is out of range for a quantity")
+    return parsed
+
+
+def _parse_quantity(value: object) -> Decimal:
     if isinstance(value, bool) or value is None:
         raise QuantityError(f"{value!r} is not a quantity")
     if isinstance(value, int):

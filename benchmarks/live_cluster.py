@@ -1,9 +1,9 @@
 """The test control plane of tests/live (etcd + kube-apiserver, CRDs of ../shared/crds), started
 outside pytest and loaded with a synthetic cluster for the live benchmark.
 
-It reuses tests/live/conftest.py's helpers (certificates, processes, kubeconfig, CRDs) by
-importing them; only the command lines are repeated here, because conftest builds them inside
-its pytest fixture. Objects are created with parallel keep-alive HTTPS connections; the API
+It reuses tests/live/conftest.py's helpers (certificates, processes, kubeconfig, CRDs) and
+tests/live/harness.py's kube-apiserver command line by importing them; only etcd's command line
+is repeated here, because conftest builds it inside its pytest fixture. Objects are created with parallel keep-alive HTTPS connections; the API
 server ignores `status` on create, so Pods stay Pending, as in the live tests.
 """
 
@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from gpu_audit.kinds import KNOWN_KINDS, resource_type  # noqa: E402
 from tests.live import conftest as live  # noqa: E402  (the repository root is on the path now)
+from tests.live.harness import apiserver_command  # noqa: E402
 
 WORKERS = 8
 
@@ -88,29 +89,16 @@ def control_plane(bin_dir: Path, work: Path) -> Iterator[Cluster]:
         stack.callback(live._stop, etcd)
         _wait("etcd", lambda: _etcd_healthy(etcd_port), live.ETCD_TIMEOUT_S)
         apiserver = live._start(
-            [
-                str(bin_dir / "kube-apiserver"),
-                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={api_port}",
-                f"--cert-dir={work / 'apiserver-certs'}",
-                f"--tls-cert-file={work / 'apiserver.crt'}",
-                f"--tls-private-key-file={work / 'apiserver.key'}",
-                f"--client-ca-file={ca_file}",
-                f"--token-auth-file={tokens}",
-                "--authorization-mode=RBAC",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={work / 'sa.key'}",
-                f"--service-account-signing-key-file={work / 'sa.key'}",
-                "--service-cluster-ip-range=10.0.0.0/16",
-                "--allow-privileged=true",
-                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-                "--endpoint-reconciler-type=none",
+            apiserver_command(
+                bin_dir,
+                work,
+                etcd_port=etcd_port,
+                api_port=api_port,
+                tokens=tokens,
+                service_ip_range="10.0.0.0/16",
                 # The benchmark's own write burst must not be throttled by priority & fairness.
-                "--max-requests-inflight=2000",
-                "--max-mutating-requests-inflight=2000",
-            ],
+                extra=("--max-requests-inflight=2000", "--max-mutating-requests-inflight=2000"),
+            ),
             work / "kube-apiserver.log",
         )
         stack.callback(live._stop, apiserver)

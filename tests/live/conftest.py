@@ -44,7 +44,7 @@ from typing import Any, NoReturn
 import pytest
 import yaml
 
-from tests.live.harness import JSON, ControlPlane, KubeRequest, run_build_script
+from tests.live.harness import JSON, ControlPlane, KubeRequest, apiserver_command, run_build_script
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
@@ -385,26 +385,14 @@ def control_plane(
 
         api_log = work / "kube-apiserver.log"
         apiserver = _start(
-            [
-                str(bin_dir / "kube-apiserver"),
-                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={api_port}",
-                f"--cert-dir={work / 'apiserver-certs'}",
-                f"--tls-cert-file={work / 'apiserver.crt'}",
-                f"--tls-private-key-file={work / 'apiserver.key'}",
-                f"--client-ca-file={ca_file}",
-                f"--token-auth-file={tokens}",
-                "--authorization-mode=RBAC",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={work / 'sa.key'}",
-                f"--service-account-signing-key-file={work / 'sa.key'}",
-                "--service-cluster-ip-range=10.0.0.0/24",
-                "--allow-privileged=true",
-                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-                "--endpoint-reconciler-type=none",
-            ],
+            apiserver_command(
+                bin_dir,
+                work,
+                etcd_port=etcd_port,
+                api_port=api_port,
+                tokens=tokens,
+                service_ip_range="10.0.0.0/24",
+            ),
             api_log,
         )
         stack.callback(_stop, apiserver)

@@ -7,6 +7,7 @@ module is not importable by name).
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -77,3 +78,38 @@ def delete_namespace(request: KubeRequest, name: str) -> None:
     status, reply = request("PUT", f"{path}/finalize", current)
     assert status in (200, 404), f"finalizing namespace {name}: HTTP {status}: {reply}"
     request("DELETE", path)  # gone now, or answers 404
+
+
+def apiserver_command(
+    bin_dir: Path,
+    work: Path,
+    *,
+    etcd_port: int,
+    api_port: int,
+    tokens: Path,
+    service_ip_range: str,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The kube-apiserver of the tests (and of the live benchmark): loopback only, RBAC, a
+    static token file, the certificates conftest makes in `work`, no controllers behind it."""
+    return [
+        str(bin_dir / "kube-apiserver"),
+        f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={api_port}",
+        f"--cert-dir={work / 'apiserver-certs'}",
+        f"--tls-cert-file={work / 'apiserver.crt'}",
+        f"--tls-private-key-file={work / 'apiserver.key'}",
+        f"--client-ca-file={work / 'ca.crt'}",
+        f"--token-auth-file={tokens}",
+        "--authorization-mode=RBAC",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={work / 'sa.key'}",
+        f"--service-account-signing-key-file={work / 'sa.key'}",
+        f"--service-cluster-ip-range={service_ip_range}",
+        "--allow-privileged=true",
+        "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+        "--endpoint-reconciler-type=none",
+        *extra,
+    ]

@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 SAMPLE := fixtures/clusters/sample
 
-.PHONY: install scan test lint typecheck pytest docs docs-check clean fuzz screenshot bench bench-smoke
+.PHONY: install scan test lint typecheck pytest docs docs-check clean fuzz screenshot bench bench-smoke quality
 
 $(BIN)/gpu-audit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,8 +60,14 @@ fuzz: install
 screenshot: install
 	$(BIN)/python scripts/screenshot.py --output docs/report-screenshot.png
 
+## Recall and precision on fixtures/scenarios/ (clusters rebuilt from public sources; see
+## docs/quality.md). tests/test_quality.py holds the recorded figures as a ratchet.
+quality: install
+	$(BIN)/python benchmarks/quality.py
+
 docs: install
 	$(BIN)/gpu-audit checks docs > docs/checks.md
+	$(BIN)/gpu-audit checks api-docs > docs/plugin-api.md
 	$(BIN)/gpu-audit frameworks docs > docs/frameworks.md
 	$(BIN)/gpu-audit rbac --chart-index > deploy/helm/gpu-audit/files/read-access.yaml
 

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gpu_audit.kinds import KNOWN_KINDS, resource_type  # noqa: E402
+from gpu_audit.k8s.kinds import KNOWN_KINDS, resource_type  # noqa: E402
 from tests.live import conftest as live  # noqa: E402  (the repository root is on the path now)
 from tests.live.harness import apiserver_command  # noqa: E402
 

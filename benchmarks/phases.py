@@ -18,7 +18,10 @@ from typing import Any, TypeVar
 
 from gpu_audit.diagnostics import diagnostics_section
 from gpu_audit.engine import CheckRun, run_check
-from gpu_audit.exemptions import apply_exemptions, evaluation_date
+from gpu_audit.postscan.exemptions import (
+    apply_exemptions,
+    evaluation_date,
+)
 from gpu_audit.registry import load_checks
 from gpu_audit.report import build_report, dumps
 from gpu_audit.sources.files import load_files

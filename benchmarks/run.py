@@ -209,7 +209,7 @@ def _live_types() -> list[str]:
 
 
 def _collection_paths(types: Sequence[str]) -> list[str]:
-    from gpu_audit.kinds import KNOWN_KINDS
+    from gpu_audit.k8s.kinds import KNOWN_KINDS
 
     paths = []
     for type_ in types:

@@ -1,6 +1,6 @@
 """Terminal rendering of the report's `compliance` section: one short table per framework.
 
-Reads only the JSON-shaped dicts of the section, which gpu_audit.frameworks builds.
+Reads only the JSON-shaped dicts of the section, which gpu_audit.postscan.frameworks builds.
 """
 
 from __future__ import annotations

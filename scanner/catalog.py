@@ -5,11 +5,49 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from gpu_audit.model import Category, Check
+from gpu_audit.model import Category, Check, FixKind, Remediation
 
 
 def _requires(check: Check) -> list[str]:
     return [entry if isinstance(entry, str) else " or ".join(entry) for entry in check.requires]
+
+
+# What each kind of remediation is, as the check reference introduces it.
+FIX_KIND_TEXT = {
+    FixKind.PATCH: "a patch of the object the finding names",
+    FixKind.COMMAND: "kubectl or helm commands",
+    FixKind.MANIFEST: "whole objects to apply",
+    FixKind.PROCEDURE: "steps to follow",
+}
+_FENCE = {
+    FixKind.PATCH: "yaml",
+    FixKind.COMMAND: "sh",
+    FixKind.MANIFEST: "yaml",
+    FixKind.PROCEDURE: "text",
+}
+
+
+def fix_text(remediation: Remediation) -> str:
+    """What a remediation of its kind is, in words."""
+    if remediation.root == "pod_spec":
+        return "a pod-spec fragment, applied under the object's pod template"
+    return FIX_KIND_TEXT[remediation.kind]
+
+
+def describe_fix(remediation: Remediation) -> str:
+    """The kind of a remediation and what it is: `patch (a patch of the object ...)`."""
+    return f"{remediation.kind.value} ({fix_text(remediation)})"
+
+
+def remediation_metadata(remediation: Remediation) -> dict[str, str]:
+    """`kind` and `generic` (the documented form), `template` (what each finding renders)
+    and `root` ("" or "pod_spec")."""
+    return {
+        "kind": remediation.kind.value,
+        "generic": remediation.generic,
+        "template": remediation.template,
+        "root": remediation.root,
+    }
 
 
 def check_metadata(check: Check) -> dict[str, Any]:
@@ -20,7 +58,8 @@ def check_metadata(check: Check) -> dict[str, Any]:
         "severity": check.severity.value,
         "rationale": check.rationale,
         "detection": check.detection,
-        "remediation": check.remediation,
+        "severity_evidence": check.severity_evidence,
+        "remediation": remediation_metadata(check.remediation),
         "references": list(check.references),
         "requires": _requires(check),
         "origin": check.origin,
@@ -61,12 +100,15 @@ def checks_markdown(checks: Iterable[Check]) -> str:
             ]
             if check.detection:
                 lines += ["", "*Detection.* " + check.detection]
+            if check.severity_evidence:
+                lines += ["", "*Severity.* " + check.severity_evidence]
+            fix = check.remediation
             lines += [
                 "",
-                "*Remediation:*",
+                f"*Remediation*, fix kind `{fix.kind.value}` ({fix_text(fix)}):",
                 "",
-                "```yaml",
-                check.remediation,
+                f"```{_FENCE[fix.kind]}",
+                fix.generic,
                 "```",
                 "",
                 "*References:*",

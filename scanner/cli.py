@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import gc
 import json
 import os
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -22,27 +20,25 @@ import click
 from gpu_audit import __version__
 from gpu_audit.catalog import check_metadata, checks_markdown
 from gpu_audit.declarative import load_check_dirs
-from gpu_audit.diagnostics import diagnostics_section
-from gpu_audit.diff import attach_baseline, diff_reports, load_comparable, new_at_or_above
-from gpu_audit.engine import run_checks
 from gpu_audit.errors import InputError
-from gpu_audit.exemptions import apply_exemptions, evaluation_date, load_exemptions
-from gpu_audit.frameworks import (
-    Framework,
-    compliance_section,
-    frameworks_markdown,
-    resolve_frameworks,
-    shipped_frameworks,
-)
-from gpu_audit.history import summary_line
 from gpu_audit.model import Category, Check, Severity
-from gpu_audit.rbac import scan_types
+from gpu_audit.postscan.diff import diff_reports, load_comparable, new_at_or_above
+from gpu_audit.postscan.frameworks import Framework, frameworks_markdown, shipped_frameworks
+from gpu_audit.postscan.history import summary_line
 from gpu_audit.registry import RegistryError, load_checks, select_checks
-from gpu_audit.report import Document, build_report, dumps, load_report, timestamp_from_epoch
+from gpu_audit.report import Document, dumps, load_report
 from gpu_audit.reports import RENDERERS
 from gpu_audit.reports.table import render_diff_table
+from gpu_audit.scan import (
+    Connection,
+    Inputs,
+    ListOptions,
+    LiveError,
+    ScanOptions,
+    load_snapshot,
+    run_scan,
+)
 from gpu_audit.snapshot import Snapshot
-from gpu_audit.sources.files import load_files
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 SEVERITY_CHOICES = [s.value for s in Severity]
@@ -181,53 +177,43 @@ def _progress(quiet: bool) -> Callable[[str, int], None] | None:
     return show
 
 
-@contextlib.contextmanager
-def _loading() -> Iterator[None]:
-    """Pause CPython's cyclic garbage collector while the snapshot is built.
+def _inputs(from_files: Sequence[str], live: dict[str, Any]) -> Inputs:
+    """--from-file, or the live connection and listing options."""
+    if not from_files and live["namespace"] and live["all_namespaces"]:
+        _fail(["--namespace and --all-namespaces cannot be used together"])
+    return Inputs(
+        files=tuple(from_files),
+        stdin=sys.stdin,
+        connection=Connection(live["kubeconfig"], live["context"], live["in_cluster"]),
+        listing=ListOptions(
+            namespace=live["namespace"], page_size=live["page_size"], timeout=live["timeout"]
+        ),
+        progress=None if from_files else _progress(live["quiet"]),
+    )
 
-    Loading creates millions of small dicts and lists and no garbage cycles, and the collector
-    would traverse all of them again at every generation-2 pass as they pile up: more than
-    half of the load time of a 150,000-pod dump. (Not gc.freeze(): frozen objects are never
-    freed, which leaks every snapshot when the CLI runs in-process, as in tests.)
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
+
+@contextlib.contextmanager
+def _reading(inputs: Inputs) -> Iterator[None]:
+    """Errors of a scan or a read as messages and exit codes; the progress line cleared."""
     try:
         yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _collect_live(types: Iterable[str], live: dict[str, Any]) -> Snapshot:
-    from gpu_audit.sources.live import Connection, ListOptions, LiveError, collect
-
-    if live["namespace"] and live["all_namespaces"]:
-        _fail(["--namespace and --all-namespaces cannot be used together"])
-    progress = _progress(live["quiet"])
-    try:
-        snapshot = collect(
-            types,
-            Connection(live["kubeconfig"], live["context"], live["in_cluster"]),
-            ListOptions(
-                namespace=live["namespace"], page_size=live["page_size"], timeout=live["timeout"]
-            ),
-            progress,
-        )
+    except InputError as exc:
+        _fail(exc.problems)
+    except RegistryError as exc:
+        _fail([str(exc)])
     except LiveError as exc:
         _fail([str(exc)], EXIT_INCOMPLETE)
     finally:
-        if progress:
+        if inputs.progress:
             click.echo("\r\033[K", err=True, nl=False)
-    return snapshot
 
 
 def _publish(
     document: Document, history_dir: str | None, keep: int, pushgateway: str | None
 ) -> str | None:
     """Keep the run in the history and push its metrics; returns the run's HTML report."""
-    from gpu_audit.history import record
-    from gpu_audit.pushgateway import push
+    from gpu_audit.postscan.history import record
+    from gpu_audit.postscan.pushgateway import push
     from gpu_audit.reports.prometheus import render_prometheus
 
     where = None
@@ -254,6 +240,10 @@ def _publish(
 
 def _required_types(checks: Iterable[Check]) -> set[str]:
     return {t for c in checks for t in c.required_types}
+
+
+def _severity(value: str | None) -> Severity | None:
+    return Severity(value) if value and value != "none" else None
 
 
 @click.group(epilog=EPILOG)
@@ -397,73 +387,44 @@ def scan(
     --history-dir or --pushgateway, which stamp it with the clock), so the same input gives
     byte-identical JSON.
     """
-    try:
-        cats = [Category.parse(c) for c in _split(categories)]
-    except ValueError as exc:
-        _fail([str(exc)])
-    registry = _registry(plugins=not no_plugins, checks_dirs=checks_dirs)
-    try:
-        enabled = select_checks(registry, only=_split(only), skip=_split(skip), categories=cats)
-    except RegistryError as exc:
-        _fail([str(exc)])
-    if fail_on_new and not baseline:
-        _fail(["--fail-on-new needs --baseline"])
-    try:
-        epoch = os.environ.get("SOURCE_DATE_EPOCH")
-        if epoch is None and (history_dir or pushgateway):
-            # A scheduled run is a point in a history and in a time series: stamp it.
-            epoch = str(int(time.time()))
-        generated_at = timestamp_from_epoch(epoch)
-        rules = load_exemptions(exemptions_file, registry) if exemptions_file else None
-        old = load_comparable(baseline) if baseline else None
-        chosen = resolve_frameworks(_split(frameworks), registry)
-        started = time.monotonic()
-        with _loading():
-            if from_files:
-                snapshot = load_files(from_files, sys.stdin)
-            else:
-                snapshot = _collect_live(scan_types(enabled.values()), live)
-    except InputError as exc:
-        _fail(exc.problems)
-    day = evaluation_date(today.date() if today else None, generated_at)
-    runs, exempted = apply_exemptions(
-        run_checks(enabled.values(), snapshot), snapshot, registry, rules, day
+    inputs = _inputs(from_files, live)
+    options = ScanOptions(
+        inputs=inputs,
+        only=tuple(_split(only)),
+        skip=tuple(_split(skip)),
+        categories=tuple(_split(categories)),
+        plugins=not no_plugins,
+        checks_dirs=checks_dirs,
+        exemptions_file=exemptions_file,
+        today=today.date() if today else None,
+        baseline=baseline,
+        frameworks=tuple(_split(frameworks)),
+        cluster_name=cluster_name,
+        record_duration=record_duration,
+        source_date_epoch=os.environ.get("SOURCE_DATE_EPOCH"),
+        # A scheduled run is a point in a history and in a time series: stamp it.
+        stamp_with_clock=bool(history_dir or pushgateway),
+        fail_on=_severity(fail_on),
+        fail_on_new=_severity(fail_on_new),
     )
-    duration = round(time.monotonic() - started, 3) if record_duration else None
-    document = build_report(
-        snapshot,
-        runs,
-        generated_at=generated_at,
-        scan_duration_seconds=duration,
-        exemptions=exempted,
-        diagnostics=diagnostics_section(snapshot),
-    )
-    if old is not None and baseline:
-        document = attach_baseline(document, old, baseline)
-    document["compliance"] = compliance_section(chosen, document["checks"])
-    document["cluster"] = cluster_name or snapshot.source.details.get("context") or None
+    with _reading(inputs):
+        result = run_scan(options)
+    document = result.document
     on_stdout = not (output_file or output_dir) and (
         bool(formats) or not (history_dir or pushgateway)
     )
     if formats or output_file or output_dir or on_stdout:
         _emit(document, formats or ("table",), output_file, output_dir)
     where = _publish(document, history_dir, history_keep, pushgateway)
-    for run in runs:
-        if run.error_detail:
-            click.echo(f"gpu-audit: {run.check.id} {run.reason}", err=True)
-    for warning in document["exemptions"]["warnings"]:
+    for run in result.errors:
+        click.echo(f"gpu-audit: {run.check.id} {run.reason}", err=True)
+    for warning in result.warnings:
         click.echo(f"gpu-audit: warning: {warning}", err=True)
     if not on_stdout:  # a job's log gets one line; a terminal already shows the report
         click.echo(summary_line(document, where or output_file or output_dir), err=True)
-    if not document["complete"]:
+    if not result.complete:
         sys.exit(EXIT_INCOMPLETE)
-    if fail_on != "none":
-        threshold = Severity(fail_on).rank
-        if any(Severity(f["severity"]).rank >= threshold for f in document["findings"]):
-            sys.exit(EXIT_FINDINGS)
-    if fail_on_new and new_at_or_above(document["baseline"], Severity(fail_on_new)):
-        sys.exit(EXIT_FINDINGS)
-    sys.exit(EXIT_OK)
+    sys.exit(EXIT_FINDINGS if result.failed else EXIT_OK)
 
 
 @main.command()
@@ -477,8 +438,10 @@ def collect(output_file: str, no_plugins: bool, **live: Any) -> None:
     never read), to scan later with `scan --from-file` or attach to a support ticket."""
     from gpu_audit.sources.snapshot_file import dumps_snapshot
 
-    with _loading():
-        snapshot = _collect_live(_required_types(_registry(plugins=not no_plugins).values()), live)
+    types = _required_types(_registry(plugins=not no_plugins).values())
+    inputs = _inputs((), live)
+    with _reading(inputs):
+        snapshot = load_snapshot(inputs, types)
     _write(dumps_snapshot(snapshot), output_file)
     for gap in snapshot.gaps:
         click.echo(f"gpu-audit: not collected: {gap.type}: {gap.reason}", err=True)
@@ -582,6 +545,8 @@ def list_checks(
 @checks_dir_option
 def show_check(check_id: str, fmt: str, checks_dirs: tuple[str, ...]) -> None:
     """Show a check's rationale, detection, remediation and references."""
+    from gpu_audit.catalog import describe_fix
+
     registry = _registry(plugins=True, checks_dirs=checks_dirs)
     found = registry.get(check_id.upper())
     if found is None:
@@ -598,7 +563,8 @@ def show_check(check_id: str, fmt: str, checks_dirs: tuple[str, ...]) -> None:
         ("Why it matters", found.rationale),
         ("How it is detected", found.detection),
         ("Reads", ", ".join(meta["requires"])),
-        ("Remediation", found.remediation),
+        ("Fix kind", describe_fix(found.remediation)),
+        ("Remediation", found.remediation.generic),
         ("References", "\n".join(found.references)),
     ):
         if body:
@@ -612,6 +578,15 @@ def docs(checks_dirs: tuple[str, ...]) -> None:
     --checks-dir, the reference of the built-in checks and those)."""
     registry = _registry(plugins=False, checks_dirs=checks_dirs)
     click.echo(checks_markdown(registry.values()), nl=False)
+
+
+@checks.command("api-docs")
+def api_docs() -> None:
+    """Print the plugin API reference as Markdown: every name `gpu_audit.api` offers check
+    authors, by group (docs/plugin-api.md is generated with this)."""
+    from gpu_audit.plugin_api import plugin_api_markdown
+
+    click.echo(plugin_api_markdown(), nl=False)
 
 
 @main.group("frameworks")
@@ -705,23 +680,17 @@ def _diagnostic_snapshot(from_files: Sequence[str], live: dict[str, Any]) -> Sna
 
     if live["namespace"] and not from_files:
         _fail(["--namespace: the diagnostics count every pod on every node; omit it"])
-    try:
-        with _loading():
-            snapshot = (
-                load_files(from_files, sys.stdin)
-                if from_files
-                else _collect_live(DIAGNOSTIC_TYPES, live)
-            )
-    except InputError as exc:
-        _fail(exc.problems)
+    inputs = _inputs(from_files, live)
+    with _reading(inputs):
+        snapshot = load_snapshot(inputs, DIAGNOSTIC_TYPES)
     for gap in snapshot.gaps:
         click.echo(f"gpu-audit: not collected: {gap.type}: {gap.reason}", err=True)
     missing = [t for t in REQUIRED_TYPES if not snapshot.has(t)]
     if missing and not from_files:
         _fail([f"cannot diagnose without {', '.join(missing)}"], EXIT_INCOMPLETE)
     if "Node" in missing:
-        inputs = ", ".join(from_files)
-        _fail([f"the input has no Nodes ({inputs}): add `kubectl get nodes -o yaml` to it"])
+        named = ", ".join(from_files)
+        _fail([f"the input has no Nodes ({named}): add `kubectl get nodes -o yaml` to it"])
     return snapshot
 
 

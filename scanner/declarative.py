@@ -36,8 +36,8 @@ from gpu_audit.api import (
     pod_templates,
 )
 from gpu_audit.errors import InputError
-from gpu_audit.kinds import KNOWN_KINDS
-from gpu_audit.model import Category, Check, Severity
+from gpu_audit.k8s.kinds import KNOWN_KINDS
+from gpu_audit.model import Category, Check, FixKind, Severity
 
 SCOPES = ("object", "pod", "container")
 VALUE_OPERATORS = ("equals", "not_equals", "in", "not_in", "matches", "gt", "ge", "lt", "le")
@@ -54,8 +54,11 @@ TOP_LEVEL_KEYS = frozenset(
         "severity",
         "rationale",
         "detection",
+        "severity_evidence",
         "remediation",
         "remediation_root",
+        "remediation_generic",
+        "fix_kind",
         "references",
         "target",
         "where",
@@ -438,6 +441,13 @@ def _build(raw: Mapping[str, Any], stem: str, origin_file: str) -> Check:
     function.__name__ = function.__qualname__ = stem
     function.__module__ = origin_file
     remediation_root = raw.get("remediation_root", "")
+    fix_kind = _fix_kind(raw)
+    generic = raw.get("remediation_generic", "")
+    if not isinstance(generic, str):
+        raise _FieldError("remediation_generic", "must be a string")
+    severity_evidence = raw.get("severity_evidence", "")
+    if not isinstance(severity_evidence, str):
+        raise _FieldError("severity_evidence", "must be a string")
     requires = (target.kinds[0],) if len(target.kinds) == 1 else (target.kinds,)
     try:
         declared = check(
@@ -447,15 +457,31 @@ def _build(raw: Mapping[str, Any], stem: str, origin_file: str) -> Check:
             severity=severity,
             rationale=_text(raw, "rationale"),
             detection=_text(raw, "detection"),
+            severity_evidence=severity_evidence,
             remediation=_text(raw, "remediation"),
             references=references,
             requires=requires,
             remediation_root=remediation_root,
+            fix_kind=fix_kind,
+            remediation_generic=generic,
         )
     except ValueError as exc:
-        field = "remediation_root" if "remediation_root" in str(exc) else "id"
+        fields = ("remediation_root", "remediation_generic")
+        field = next((f for f in fields if f in str(exc)), "id")
         raise _FieldError(field, str(exc)) from None
     return declared(function)
+
+
+def _fix_kind(raw: Mapping[str, Any]) -> FixKind | None:
+    if "fix_kind" not in raw:
+        return None
+    value = raw["fix_kind"]
+    if not isinstance(value, str):
+        raise _FieldError("fix_kind", f"must be one of {', '.join(k.value for k in FixKind)}")
+    try:
+        return FixKind.parse(value)
+    except ValueError as exc:
+        raise _FieldError("fix_kind", str(exc)) from None
 
 
 def _check_template_names(remediation: str, target: TargetSpec, require: Condition) -> None:

@@ -18,7 +18,8 @@ class Finding:
     result: Result
     severity: Severity
     remediation: str
-    exemption: Exemption | None = None  # set by gpu_audit.exemptions; then it does not count
+    # Set by gpu_audit.postscan.exemptions; an exempted finding does not count.
+    exemption: Exemption | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +75,10 @@ def render_remediation(check: Check, result: Result) -> str:
         "name": result.ref.name,
         **result.fix,
     }
-    text = string.Template(check.remediation).substitute(values)
+    text = string.Template(check.remediation.template).substitute(values)
     # A path through a list (Volcano's spec.tasks[i]) has no patch form that names the item.
     if (
-        check.remediation_root == "pod_spec"
+        check.remediation.root == "pod_spec"
         and result.pod_spec_path
         and "[" not in result.pod_spec_path
     ):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -144,6 +145,54 @@ class ObjRef:
         return f"{self.kind_name} {self.name}"
 
 
+class RelatedRole(Enum):
+    """How an object listed in a finding's `related` stands to the finding's object (which is
+    always the object to change). Ordered: the order related objects are listed in.
+
+    SYMPTOM: it shows the consequence, it is what a user notices (the nodes that advertise no
+    GPUs because of a DaemonSet, the namespace whose GPU use a ResourceQuota fails to cap).
+    SELECTED_BY: the finding's object selects it and so reaches it (the workloads a
+    NetworkPolicy's podSelector cuts off from DNS).
+    OWNER: it owns, generates or names the finding's object, so a change may have to be made
+    through it or would be reverted by it (the ClusterPolicy behind an operator DaemonSet,
+    the ClusterPolicy whose devicePlugin.config names a ConfigMap).
+    CAUSE: it causes or contributes to what the finding reports (on a finding that stays on
+    the victim because no single object to change could be told from the input).
+    """
+
+    SYMPTOM = "symptom"
+    SELECTED_BY = "selected-by"
+    OWNER = "owner"
+    CAUSE = "cause"
+
+    @property
+    def rank(self) -> int:
+        return _ROLE_ORDER[self]
+
+    @classmethod
+    def parse(cls, text: str) -> RelatedRole:
+        try:
+            return cls(text.lower())
+        except ValueError:
+            names = ", ".join(r.value for r in cls)
+            raise ValueError(f"unknown related role {text!r} (expected one of {names})") from None
+
+
+_ROLE_ORDER = {role: i for i, role in enumerate(RelatedRole)}
+
+
+@dataclass(frozen=True, slots=True)
+class RelatedRef:
+    """An object a finding lists beside the object to change, and its role (RelatedRole)."""
+
+    ref: ObjRef
+    role: RelatedRole
+
+    @property
+    def sort_key(self) -> tuple[int, str, str, str]:
+        return (self.role.rank, *self.ref.sort_key)
+
+
 class Outcome(Enum):
     """What a check says about one object it evaluated."""
 
@@ -160,6 +209,8 @@ class Result:
     the check's remediation template needs beyond the object's kind, namespace and name.
     `pod_spec_path` is where the pod spec sits in the object (for results on pod templates), so
     that a remediation written as a pod-spec fragment can be given as a patch of the object.
+    `related` lists other objects that show the symptom or explain the finding (`ref` is always
+    the object to change), without duplicates, in RelatedRef.sort_key order.
     """
 
     outcome: Outcome
@@ -169,6 +220,7 @@ class Result:
     severity: Severity | None = None
     fix: Mapping[str, str] = field(default_factory=dict)
     pod_spec_path: str = ""
+    related: tuple[RelatedRef, ...] = ()
 
 
 class CheckStatus(Enum):
@@ -181,15 +233,150 @@ class CheckStatus(Enum):
 CheckFunction = Callable[["Snapshot"], Iterable[Result]]
 
 
+class FixKind(Enum):
+    """What a check's remediation is, so how a reader (or a tool) applies it.
+
+    PATCH: YAML without apiVersion/kind, a patch of the object the finding names (`kubectl
+    patch --patch-file`); a pod-spec fragment (root "pod_spec") is nested under the object's
+    pod template. COMMAND: shell command lines, `kubectl` or `helm`. MANIFEST: one or more
+    whole objects with apiVersion and kind (`kubectl apply -f`). PROCEDURE: steps in prose.
+    """
+
+    PATCH = "patch"
+    COMMAND = "command"
+    MANIFEST = "manifest"
+    PROCEDURE = "procedure"
+
+    @classmethod
+    def parse(cls, text: str) -> FixKind:
+        try:
+            return cls(text.lower())
+        except ValueError:
+            names = ", ".join(k.value for k in cls)
+            raise ValueError(f"unknown fix kind {text!r} (expected one of {names})") from None
+
+
+REMEDIATION_ROOTS = ("", "pod_spec")
+
+# A string.Template placeholder ($name, ${name}) or its escape ($$).
+_PLACEHOLDER = re.compile(r"\$(?:\$|([A-Za-z_][A-Za-z0-9_]*)|\{([A-Za-z_][A-Za-z0-9_]*)\})")
+# A comment: a # at the start of a line or after white space, to the end of the line.
+_COMMENT = re.compile(r"(^|\s)#.*$")
+# Command words that say nothing about the fix without their arguments.
+_BARE_COMMANDS = re.compile(r"\b(kubectl|helm)\b")
+# A placeholder of a generic form: <node>, <the valid parameters>.
+_ANGLE = re.compile(r"<[A-Za-z_][\w.\- ]*>")
+# Strategic-merge-patch directives: real keys of a patch, not placeholders.
+_SMP_DIRECTIVE = re.compile(
+    r"\$(?:patch|retainKeys)(?=\s*:)|\$(?:setElementOrder|deleteFromPrimitiveList)/"
+)
+
+
+def _substance(line: str) -> str:
+    """A template line without its comment, its placeholders and bare command words."""
+    text = _COMMENT.sub("", _PLACEHOLDER.sub(lambda m: "$" if m.group(0) == "$$" else " ", line))
+    return _BARE_COMMANDS.sub("", text)
+
+
+def placeholder_only(template: str) -> bool:
+    """True when a remediation template has no line with something of its own to say: only
+    comments, $placeholders and bare `kubectl`/`helm` (`$command   # $summary`, `$snippet`,
+    `kubectl $command`). Its documented form cannot be derived from it."""
+    return not any(re.search(r"[A-Za-z0-9]", _substance(line)) for line in template.splitlines())
+
+
+def generic_from_template(template: str) -> str:
+    """The documented form of a template: each $placeholder as <placeholder>, $$ as $."""
+
+    def angle(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        return f"<{name}>" if name else "$"
+
+    return _PLACEHOLDER.sub(angle, template)
+
+
+def infer_fix_kind(generic: str, root: str = "") -> FixKind:
+    """The kind a remediation's generic form reads as, for checks that do not declare one
+    (third-party checks written before fix kinds existed)."""
+    if root == "pod_spec":
+        return FixKind.PATCH
+    lines = [ln.strip() for ln in generic.splitlines()]
+    code = [ln for ln in lines if ln and not ln.startswith("#")]
+    if not code:
+        return FixKind.PROCEDURE
+    if code[0].startswith(("kubectl ", "helm ")):
+        return FixKind.COMMAND
+    top_level = {ln.split(":", 1)[0] for ln in generic.splitlines() if ":" in ln}
+    if {"apiVersion", "kind"} <= top_level:
+        return FixKind.MANIFEST
+    if re.match(r"^[\w.\-\"'<>/]+:(\s|$)", code[0]):
+        return FixKind.PATCH
+    return FixKind.PROCEDURE
+
+
+@dataclass(frozen=True, slots=True)
+class Remediation:
+    """How to fix what a check finds.
+
+    `template` is the string.Template the engine renders for each failed result (`$kind`,
+    `$namespace`, `$name` and the keys of the result's `fix`). `generic` is the readable form
+    for the check reference and `checks show`: real YAML or commands with <angle-bracket>
+    placeholders (`<node>`, `<namespace>`), never $placeholders. `root` is "" when the
+    template is written as it is to be applied (a whole object, a patch of the object, a
+    command) and "pod_spec" when it is a fragment of a pod spec, which the engine nests under
+    the template's path in the object at hand.
+    """
+
+    kind: FixKind
+    template: str
+    generic: str
+    root: str = ""
+
+    def __post_init__(self) -> None:
+        if self.root not in REMEDIATION_ROOTS:
+            raise ValueError(f"remediation_root must be one of {REMEDIATION_ROOTS}")
+
+    @classmethod
+    def declare(
+        cls, template: str, *, kind: FixKind | None = None, generic: str = "", root: str = ""
+    ) -> Remediation:
+        """A remediation as a check declares it; the generic form defaults to the template
+        with <placeholders>. Raises ValueError (naming the argument) when a placeholder-only
+        template has no generic form, or a generic form keeps a $placeholder."""
+        if root not in REMEDIATION_ROOTS:
+            raise ValueError(f"remediation_root must be one of {REMEDIATION_ROOTS}")
+        if not generic.strip():
+            if placeholder_only(template):
+                raise ValueError(
+                    "remediation_generic is required: the remediation template is only "
+                    "placeholders and comments, so the check reference would say nothing"
+                )
+            generic = generic_from_template(template)
+        else:
+            left = sorted(
+                name
+                for m in _PLACEHOLDER.finditer(_SMP_DIRECTIVE.sub(" ", generic))
+                if (name := m.group(1) or m.group(2))
+            )
+            if left:
+                raise ValueError(
+                    f"remediation_generic uses ${left[0]}: write placeholders as <{left[0]}>"
+                )
+            if placeholder_only(_ANGLE.sub(" ", generic)):
+                raise ValueError(
+                    "remediation_generic is only placeholders and comments: show the YAML or "
+                    "the commands that fix it"
+                )
+        return cls(kind or infer_fix_kind(generic, root), template, generic, root)
+
+
 @dataclass(frozen=True, slots=True)
 class Check:
     """A check: metadata plus the pure function that evaluates a snapshot.
 
     `requires` lists what the check reads: each entry is a resource type, or a tuple of
     resource types of which any one is enough (for example all the workload kinds).
-    `remediation_root` is "" when the remediation is written as it is to be applied (a whole
-    object, a patch of the object, a command) and "pod_spec" when it is a fragment of a pod
-    spec, which the engine nests under the template's path in the object at hand.
+    `remediation` is its fix: the kind, the per-object template and the generic form.
     """
 
     id: str
@@ -197,14 +384,14 @@ class Check:
     category: Category
     severity: Severity
     rationale: str
-    remediation: str
+    remediation: Remediation
     references: tuple[str, ...]
     requires: tuple[str | tuple[str, ...], ...]
     function: CheckFunction
     detection: str = ""
+    severity_evidence: str = ""
     origin: str = "gpu-audit"
     module: str = ""
-    remediation_root: str = ""
 
     def run(self, snapshot: Snapshot) -> list[Result]:
         return list(self.function(snapshot))

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from gpu_audit.diagnostics import SCAN_TYPES as DIAGNOSTIC_SCAN_TYPES
-from gpu_audit.kinds import KNOWN_KINDS
+from gpu_audit.k8s.kinds import KNOWN_KINDS
 from gpu_audit.model import Check
 
 READ_VERBS = ("get", "list", "watch")

@@ -17,11 +17,11 @@ from typing import Any
 from gpu_audit import __version__
 from gpu_audit.engine import CheckRun, Finding
 from gpu_audit.errors import InputError
-from gpu_audit.model import CheckStatus, Exemption, ObjRef, Outcome, Severity
+from gpu_audit.model import CheckStatus, Exemption, ObjRef, Outcome, RelatedRef, Severity
 from gpu_audit.scoring import Score, category_scores, coverage, namespace_scores, overall_score
 from gpu_audit.snapshot import Snapshot
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "report.schema.json"
 Document = dict[str, Any]
 NO_EXEMPTIONS: Mapping[str, Any] = {
@@ -70,7 +70,21 @@ def _finding(snapshot: Snapshot, run: CheckRun, finding: Finding) -> dict[str, A
         "message": result.message,
         "path": result.path,
         "remediation": finding.remediation,
+        "related": [
+            _related(r) for r in sorted(set(result.related), key=lambda r: r.sort_key)
+        ],
         **({"exemption": _exemption(finding.exemption)} if finding.exemption else {}),
+    }
+
+
+def _related(related: RelatedRef) -> dict[str, Any]:
+    ref = related.ref
+    return {
+        "type": ref.kind,
+        "kind": ref.kind_name,
+        "namespace": ref.namespace or None,
+        "name": ref.name,
+        "role": related.role.value,
     }
 
 
@@ -136,7 +150,7 @@ def _check(run: CheckRun) -> dict[str, Any]:
         },
         "rationale": c.rationale,
         "detection": c.detection,
-        "remediation": c.remediation,  # the template; each finding has it filled in
+        "remediation": c.remediation.template,  # each finding has it filled in
         "references": list(c.references),
         "origin": c.origin,
     }
@@ -155,26 +169,50 @@ def timestamp_from_epoch(epoch: str | None) -> str | None:
     return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def build_report(
-    snapshot: Snapshot,
-    runs: Sequence[CheckRun],
-    *,
-    generated_at: str | None = None,
-    scan_duration_seconds: float | None = None,
-    exemptions: Mapping[str, Any] | None = None,
-    diagnostics: Mapping[str, Any] | None = None,
-) -> Document:
-    """`exemptions` is the section gpu_audit.exemptions.apply_exemptions made for these runs;
-    `diagnostics` the one gpu_audit.diagnostics.diagnostics_section made for the snapshot."""
-    overall = overall_score(runs)
-    cov = coverage(runs)
+def report_entries(snapshot: Snapshot, runs: Sequence[CheckRun]) -> Document:
+    """The report's `checks`, `findings` and `exempted_findings` (findings worst first, each
+    with its fingerprint): what its baseline and compliance sections are computed from
+    (gpu_audit.postscan.diff.baseline_section, gpu_audit.postscan.frameworks.compliance_section)
+    before build_report puts them all together."""
     every = sorted(
         (_finding(snapshot, run, f) for run in runs for f in run.findings), key=finding_order
     )
     for item, fp in zip(every, fingerprints(every), strict=True):
         item["fingerprint"] = fp
-    findings = [f for f in every if "exemption" not in f]
-    exempted = [f for f in every if "exemption" in f]
+    return {
+        "checks": [_check(r) for r in runs],
+        "findings": [f for f in every if "exemption" not in f],
+        "exempted_findings": [f for f in every if "exemption" in f],
+    }
+
+
+def build_report(
+    snapshot: Snapshot,
+    runs: Sequence[CheckRun],
+    *,
+    entries: Mapping[str, Any] | None = None,
+    generated_at: str | None = None,
+    scan_duration_seconds: float | None = None,
+    exemptions: Mapping[str, Any] | None = None,
+    diagnostics: Mapping[str, Any] | None = None,
+    baseline: Mapping[str, Any] | None = None,
+    compliance: Sequence[Mapping[str, Any]] = (),
+    cluster: str | None = None,
+) -> Document:
+    """The finished report, every section given: nothing edits it afterwards.
+
+    `entries` is what report_entries(snapshot, runs) returned (computed here when None);
+    `exemptions` the section gpu_audit.postscan.exemptions.apply_exemptions made for these
+    runs; `diagnostics` the one gpu_audit.diagnostics.diagnostics_section made for the
+    snapshot; `baseline` gpu_audit.postscan.diff.baseline_section's comparison with a
+    previous report; `compliance` gpu_audit.postscan.frameworks.compliance_section's list;
+    `cluster` the cluster's name (--cluster-name, else the kubeconfig context)."""
+    overall = overall_score(runs)
+    cov = coverage(runs)
+    if entries is None:
+        entries = report_entries(snapshot, runs)
+    findings = list(entries["findings"])
+    exempted = list(entries["exempted_findings"])
     by_severity = Counter(f["severity"] for f in findings)
     by_category = Counter(f["category"] for f in findings)
     statuses = Counter(r.status.value for r in runs)
@@ -230,14 +268,14 @@ def build_report(
             },
         },
         "complete": snapshot.complete and cov.errors == 0,
-        "checks": [_check(r) for r in runs],
+        "checks": list(entries["checks"]),
         "findings": findings,
         "exempted_findings": exempted,
         "exemptions": dict(exemptions or NO_EXEMPTIONS),
-        "baseline": None,  # set by gpu_audit.diff.attach_baseline
-        "compliance": [],  # set by the CLI from gpu_audit.frameworks.compliance_section
+        "baseline": dict(baseline) if baseline is not None else None,
+        "compliance": [dict(framework) for framework in compliance],
         "diagnostics": dict(diagnostics) if diagnostics is not None else None,
-        "cluster": None,  # set by the CLI: --cluster-name, else the kubeconfig context
+        "cluster": cluster,
     }
 
 

@@ -99,7 +99,7 @@ def _without_source(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_fail_on_sets_the_exit_code(
     runner: CliRunner, repo_root: Path, fail_on: str, expected: int
 ) -> None:
-    fixture = repo_root / "fixtures" / "checks" / "GPU-WL-001"
+    fixture = repo_root / "fixtures/checks/GPU-WL-001/fail-request-differs-from-limit.yaml"
     result = runner.invoke(
         main, ["scan", "--from-file", str(fixture), "--only", "GPU-WL-001", "--fail-on", fail_on]
     )

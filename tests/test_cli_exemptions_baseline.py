@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from referencing import Registry, Resource
 
 from gpu_audit.cli import main
-from gpu_audit.diff import DIFF_SCHEMA_FILE
+from gpu_audit.postscan.diff import DIFF_SCHEMA_FILE
 from gpu_audit.report import SCHEMA_FILE
 
 REPORT_SCHEMA = json.loads(SCHEMA_FILE.read_text())

@@ -15,8 +15,13 @@ import pytest
 from click.testing import CliRunner
 
 from gpu_audit.cli import main
-from gpu_audit.history import record, render_index, run_stem, summary_line
-from gpu_audit.pushgateway import group_path
+from gpu_audit.postscan.history import (
+    record,
+    render_index,
+    run_stem,
+    summary_line,
+)
+from gpu_audit.postscan.pushgateway import group_path
 from gpu_audit.report import dumps
 from gpu_audit.reports.prometheus import render_prometheus
 

@@ -44,7 +44,7 @@ def _package(category: Category) -> str:
 
 @pytest.mark.parametrize("check_id", sorted(CHECKS))
 def test_remediation_template_uses_only_known_placeholders(check_id: str) -> None:
-    template = string.Template(CHECKS[check_id].remediation)
+    template = string.Template(CHECKS[check_id].remediation.template)
     assert template.is_valid(), "a stray $ must be written $$"
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpu_audit.kinds import KNOWN_KINDS
+from gpu_audit.k8s.kinds import KNOWN_KINDS
 from gpu_audit.registry import load_checks
 
 RBAC_FILE = Path(__file__).resolve().parents[1] / "deploy" / "rbac.yaml"

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -49,6 +50,37 @@ _WAIVER = "gpu-audit.io/pinned"
     remediation="""
         # $kind $namespace/$name: $problem
         $change
+    """,
+    fix_kind=FixKind.MANIFEST,
+    remediation_generic="""
+        # min == max: give it a range bounded by GPU capacity (partial objects for kubectl apply)
+        apiVersion: autoscaling/v2
+        kind: HorizontalPodAutoscaler
+        metadata:
+          name: <name>
+          namespace: <namespace>
+        spec:
+          maxReplicas: <above-minReplicas>   # maxReplicas * GPUs per pod <= GPUs you can get
+        ---
+        # a KEDA ScaledObject: the same with maxReplicaCount
+        apiVersion: keda.sh/v1alpha1
+        kind: ScaledObject
+        metadata:
+          name: <name>
+          namespace: <namespace>
+        spec:
+          maxReplicaCount: <above-minReplicaCount>   # maxReplicas * GPUs per pod <= GPUs you can get
+        ---
+        # a scale target that does not exist (or cannot scale):
+        apiVersion: autoscaling/v2
+        kind: HorizontalPodAutoscaler
+        metadata:
+          name: <name>
+          namespace: <namespace>
+        spec:
+          scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: <target>}   # an existing Deployment/StatefulSet in this namespace
+        # a target without a scale subresource (a DaemonSet): the autoscaler can only go
+        #   kubectl -n <namespace> delete horizontalpodautoscaler <name>
     """,
     references=(
         "https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/",

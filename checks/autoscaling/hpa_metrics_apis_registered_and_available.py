@@ -4,6 +4,7 @@ from collections.abc import Iterator, Sequence
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -53,6 +54,18 @@ _GROUP_OF = {
         # $kind $namespace/$name: $problem
         # (see what serves it: kubectl get apiservices | grep metrics.k8s.io)
         $command
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # the metrics API the HPA reads is not registered or not Available: install its server
+        # resource metrics (metrics.k8s.io):
+        helm upgrade --install metrics-server metrics-server/metrics-server -n kube-system
+        # custom.metrics.k8s.io, and external.metrics.k8s.io for an HPA KEDA does not own
+        # (prometheus-adapter serves it too once rules.external is set):
+        helm upgrade --install prometheus-adapter prometheus-community/prometheus-adapter -n monitoring --set prometheus.url=http://prometheus-operated.monitoring.svc --set prometheus.port=9090
+        # external.metrics.k8s.io for a KEDA HPA, served by anything but KEDA's metrics server:
+        helm upgrade --install keda kedacore/keda -n keda
+        # (see what serves it: kubectl get apiservices | grep metrics.k8s.io)
     """,
     references=(
         "https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#support-for-metrics-apis",

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -62,6 +63,7 @@ from ._common import HPA, RESOURCE_METRICS, Metric, hpa_metrics, scale_target
                   type: AverageValue
                   averageValue: "70"
     """,
+    fix_kind=FixKind.MANIFEST,
     references=(
         "https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#support-for-metrics-apis",
         "https://github.com/kubernetes/kubernetes/issues/59633",

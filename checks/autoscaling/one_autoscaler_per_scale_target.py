@@ -3,7 +3,17 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
-from gpu_audit.api import Category, Resource, Result, Severity, Snapshot, check, failed, passed
+from gpu_audit.api import (
+    Category,
+    FixKind,
+    Resource,
+    Result,
+    Severity,
+    Snapshot,
+    check,
+    failed,
+    passed,
+)
 
 from ._common import HPA, SCALED_OBJECT, is_keda_hpa, keda_hpa_names, scale_target
 
@@ -47,6 +57,7 @@ from ._common import HPA, SCALED_OBJECT, is_keda_hpa, keda_hpa_names, scale_targ
                 value: "70"
         # then: kubectl -n $namespace delete hpa <the extra HPA>
     """,
+    fix_kind=FixKind.MANIFEST,
     references=(
         "https://keda.sh/docs/latest/reference/faq/",
         "https://github.com/kubernetes/kubernetes/pull/112011",

@@ -6,6 +6,7 @@ from gpu_audit.api import (
     KUBEFLOW_REPLICA_KEYS,
     MULTI_POD_JOB_TYPES,
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -62,6 +63,32 @@ _DEFAULT_CLEAN_POD_POLICY = {
     remediation="""
         # $kind $namespace/$name: $problem
         $snippet
+    """,
+    fix_kind=FixKind.PATCH,
+    remediation_generic="""
+        # PyTorchJob / TFJob / MPIJob whose pods are kept after it finishes (cleanPodPolicy None,
+        # or unset on PyTorchJob and MPIJob):
+        spec:
+          runPolicy:
+            cleanPodPolicy: Running
+            ttlSecondsAfterFinished: 3600
+        ---
+        # batch Job kept Running by a sidecar after its GPU containers finished: make the sidecar a
+        # native one (a CronJob: under spec.jobTemplate.spec.template.spec). A Job's pod template
+        # cannot change: recreate the Job with this.
+        spec:
+          template:
+            spec:
+              containers:
+                - name: <sidecar>
+                  $patch: delete   # moved to initContainers
+              initContainers:   # a native sidecar stops when the main containers finish
+                - {name: <sidecar>, image: <sidecar-image>, restartPolicy: Always}   # and its other fields as they are
+        # a finished job whose pods still hold GPUs: delete those pods
+        #   Kubeflow job: kubectl delete pod -n <namespace> -l training.kubeflow.org/job-name=<name> --field-selector=status.phase=Running
+        #     and keep it from recurring: kubectl patch pytorchjob.kubeflow.org/<name> -n <namespace> --type=merge -p '{"spec":{"runPolicy":{"cleanPodPolicy":"Running","ttlSecondsAfterFinished":3600}}}'
+        #   batch Job: kubectl delete pod -n <namespace> -l batch.kubernetes.io/job-name=<name> --field-selector=status.phase=Running
+        #   Volcano Job: kubectl delete -n <namespace> jobs.batch.volcano.sh <name>
     """,
     references=(
         "https://github.com/kubeflow/training-operator/blob/5fa872ff10ed31b3996e0135602c991a4610a4a2/pkg/apis/kubeflow.org/v1/pytorch_defaults.go",

@@ -3,6 +3,7 @@ from collections.abc import Iterator
 from gpu_audit.api import (
     NODEPOOL,
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -56,6 +57,26 @@ Problem = tuple[Severity, str, str, str]
         metadata:
           name: $name
         $snippet
+    """,
+    fix_kind=FixKind.MANIFEST,
+    remediation_generic="""
+        # NodePool <name>: each finding gives the part for its problem
+        apiVersion: karpenter.sh/v1
+        kind: NodePool
+        metadata:
+          name: <name>
+        spec:
+          limits:                  # no spec.limits: nothing caps how many GPU nodes it creates
+            nvidia.com/gpu: "32"   # the team's GPU budget
+            cpu: "1000"
+          disruption:
+            consolidationPolicy: WhenEmpty   # repacking evicts running GPU training pods; or annotate them karpenter.sh/do-not-disrupt: "true"
+            consolidateAfter: 10m            # consolidateAfter Never never removes empty GPU nodes
+            budgets:                         # a budget of 0 nodes at all times: freeze only in business hours
+              - nodes: "10%"
+              - nodes: "0"
+                schedule: "0 9 * * mon-fri"
+                duration: 8h
     """,
     references=(
         "https://karpenter.sh/docs/concepts/nodepools/",

@@ -3,6 +3,7 @@ from decimal import Decimal
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -47,6 +48,15 @@ from gpu_audit.checks.cost._common import pod_gpus, tenants_by_node
     remediation="""
         # $kind $name: $problem
         kubectl $command
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # CPU-only tenants on a GPU node: keep CPU pods off it, then move them
+        kubectl taint nodes <node> nvidia.com/gpu=present:NoSchedule --overwrite
+        kubectl drain <node> --ignore-daemonsets --delete-emptydir-data   # move the CPU pods off; the autoscaler can then remove the node
+        # no pod uses the GPU node (compare with a later scan first): drain it, then let the
+        # autoscaler (or you) remove the idle node
+        kubectl drain <node> --ignore-daemonsets
     """,
     references=(
         "https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/#example-use-cases",

@@ -1,10 +1,10 @@
 import json
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 from gpu_audit.api import (
     NODEPOOL,
     Category,
+    FixKind,
     PodTemplate,
     Resource,
     Result,
@@ -13,6 +13,7 @@ from gpu_audit.api import (
     as_list,
     as_mapping,
     check,
+    containers,
     failed,
     gpu_hosts,
     label_selector_matches,
@@ -21,6 +22,7 @@ from gpu_audit.api import (
     passed,
     pod_templates,
     runs_on_spot,
+    template_spec,
 )
 
 CAPACITY_TYPE = "karpenter.sh/capacity-type"
@@ -60,6 +62,25 @@ _SERVING_KINDS = ("Deployment", "StatefulSet")
     remediation="""
         # $kind $namespace/$name: $problem
         $snippet
+    """,
+    fix_kind=FixKind.PATCH,
+    remediation_generic=r"""
+        # a GPU Deployment or StatefulSet on spot with one replica or no PodDisruptionBudget:
+        spec:
+          replicas: 2   # and spread them: topologySpreadConstraints on kubernetes.io/hostname
+        ---
+        apiVersion: policy/v1
+        kind: PodDisruptionBudget
+        metadata:
+          name: <name>
+          namespace: <namespace>
+        spec:
+          minAvailable: 1
+          selector:
+            matchLabels: {<label>: <value>}   # the pod template's labels
+        # spot GPU capacity and a Karpenter controller without interruption handling:
+        #   helm upgrade karpenter oci://public.ecr.aws/karpenter/karpenter -n <namespace> --reuse-values \
+        #     --set settings.interruptionQueue=<cluster-name>   # the SQS queue fed by the EventBridge spot, rebalance and health rules (not settings.interruptionQueueName)
     """,
     references=(
         "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html",
@@ -105,8 +126,7 @@ def _interruption_handling(snapshot: Snapshot) -> Result | None:
 
 
 def _aws_gpu_spot_pool(pool: Resource) -> bool:
-    template = as_mapping(as_mapping(pool.spec.get("template")).get("spec"))
-    ref = as_mapping(template.get("nodeClassRef"))
+    ref = as_mapping(template_spec(pool.spec).get("nodeClassRef"))
     aws = ref.get("group") == "karpenter.k8s.aws" or ref.get("kind") == "EC2NodeClass"
     return aws and nodepool_gpu_scope(pool) != "none" and _allows_spot(pool)
 
@@ -132,13 +152,8 @@ def _aws_karpenter_spot_node(node: Resource) -> bool:
     return aws and node.labels.get(CAPACITY_TYPE) == "spot"
 
 
-def _containers(resource: Resource) -> list[Mapping[str, Any]]:
-    spec = as_mapping(as_mapping(resource.spec.get("template")).get("spec"))
-    return [as_mapping(c) for c in as_list(spec.get("containers"))]
-
-
 def _has_image(resource: Resource, part: str) -> bool:
-    return any(part in str(c.get("image", "")) for c in _containers(resource))
+    return any(part in str(c.get("image", "")) for c in containers(resource))
 
 
 def _is_karpenter(deployment: Resource) -> bool:
@@ -148,7 +163,7 @@ def _is_karpenter(deployment: Resource) -> bool:
 
 
 def _env_value(resource: Resource, names: tuple[str, ...]) -> str:
-    for container in _containers(resource):
+    for container in containers(resource):
         for entry in map(as_mapping, as_list(container.get("env"))):
             if entry.get("name") not in names:
                 continue

@@ -11,8 +11,8 @@ from gpu_audit.api import (
     ReplicaGroup,
     Resource,
     Snapshot,
-    as_mapping,
     controller_owner,
+    template_spec,
     templates_of,
 )
 
@@ -43,7 +43,7 @@ class TrainingJob:
         """The batch/v1 JobSpec (a CronJob's jobTemplate.spec), else the object's spec."""
         spec = self.resource.spec
         if self.kind == "CronJob":
-            return dict(as_mapping(as_mapping(spec.get("jobTemplate")).get("spec")))
+            return dict(template_spec(spec, "jobTemplate"))
         return dict(spec)
 
     @property

@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Result,
     Severity,
     Snapshot,
@@ -50,6 +51,34 @@ _NEVER_RESTART = (
     remediation="""
         # $kind $namespace/$name: $problem
         $snippet
+    """,
+    fix_kind=FixKind.PATCH,
+    remediation_generic="""
+        # batch Job (a CronJob: the same under spec.jobTemplate.spec):
+        spec:
+          activeDeadlineSeconds: 86400
+          # on spot nodes, so that interruptions do not count against backoffLimit:
+          podFailurePolicy:
+            rules:
+              - action: Ignore
+                onPodConditions: [{type: DisruptionTarget}]
+          podReplacementPolicy: Failed   # the only value a podFailurePolicy allows
+          template:
+            spec:
+              restartPolicy: Never   # podFailurePolicy rejects OnFailure
+        ---
+        # PyTorchJob / MPIJob:
+        spec:
+          runPolicy:
+            activeDeadlineSeconds: 86400
+            backoffLimit: 3
+        ---
+        # Volcano Job, on its GPU task templates:
+        spec:
+          tasks:
+            - template:
+                spec:
+                  activeDeadlineSeconds: 86400
     """,
     references=(
         "https://kubernetes.io/docs/concepts/workloads/controllers/job/#job-termination-and-cleanup",

@@ -6,6 +6,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     PodTemplate,
     Result,
     Severity,
@@ -74,6 +75,7 @@ _VARIABLE = re.compile(r"^\$\(?\{?([A-Za-z_][A-Za-z0-9_]*)\)?\}?$")
                       resources:
                         limits: {$resource: $gpus}
     """,
+    fix_kind=FixKind.MANIFEST,
     references=(
         "https://docs.pytorch.org/docs/stable/elastic/run.html",
         "https://kubernetes.io/docs/tasks/job/job-with-pod-to-pod-communication/",

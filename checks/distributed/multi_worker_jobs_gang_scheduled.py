@@ -6,6 +6,7 @@ from gpu_audit.api import (
     KUBEFLOW_REPLICA_KEYS,
     VOLCANO_JOB,
     Category,
+    FixKind,
     PodTemplate,
     ReplicaGroup,
     Resource,
@@ -15,11 +16,13 @@ from gpu_audit.api import (
     as_list,
     as_mapping,
     check,
+    containers,
     controller_owner,
     count_field,
     failed,
     passed,
     replica_groups,
+    template_spec,
 )
 from gpu_audit.checks.distributed._common import (
     gpu_pods,
@@ -89,6 +92,44 @@ class Gang:
     remediation="""
         # $kind $namespace/$name: $problem
         $snippet
+    """,
+    fix_kind=FixKind.PATCH,
+    remediation_generic="""
+        # PyTorchJob / TFJob / MPIJob: start the training-operator with --gang-scheduler-name=volcano
+        # (or scheduler-plugins) and set the group size:
+        spec:
+          runPolicy:
+            schedulingPolicy:
+              minAvailable: <pods-in-the-job>
+        ---
+        # or let Kueue admit the whole job at once through a LocalQueue of <namespace>
+        # (Kueue suspends a job when it is created: set the label in the manifest):
+        metadata:
+          labels:
+            kueue.x-k8s.io/queue-name: <local-queue>
+        ---
+        # Volcano Job:
+        spec:
+          minAvailable: <pods-in-the-job>
+        ---
+        # TrainJob, in the referenced (Cluster)TrainingRuntime:
+        spec:
+          podGroupPolicy:
+            coscheduling:
+              scheduleTimeoutSeconds: 600
+        ---
+        # indexed batch Job whose pods talk to each other: a Coscheduling PodGroup, and the pod
+        # template labelled scheduling.x-k8s.io/pod-group: <name>
+        apiVersion: scheduling.x-k8s.io/v1alpha1
+        kind: PodGroup
+        metadata:
+          name: <name>
+          namespace: <namespace>
+        spec:
+          minMember: <pods-in-the-job>
+          scheduleTimeoutSeconds: 600
+        # a group minimum above the pod count, or below the GPU pod count: set it to the pod count
+        # (minAvailable of the Volcano Job or runPolicy.schedulingPolicy, minMember of the PodGroup)
     """,
     references=(
         "https://github.com/kubeflow/trainer/issues/165",
@@ -328,8 +369,7 @@ def _find_operator(snapshot: Snapshot, mpi_v2: bool) -> tuple[str, str] | None:
     image_part = "mpi-operator" if mpi_v2 else "training-operator"
     pattern = _MPI_GANG_FLAG if mpi_v2 else _GANG_FLAG
     for deployment in snapshot.of("Deployment"):
-        spec = as_mapping(as_mapping(deployment.spec.get("template")).get("spec"))
-        for container in map(as_mapping, as_list(spec.get("containers"))):
+        for container in containers(deployment):
             if image_part not in str(container.get("image", "")):
                 continue
             tokens = [
@@ -373,10 +413,9 @@ def _trainjob_gpus(trainer: object) -> bool:
 
 
 def _runtime_gpus(runtime: Resource) -> bool:
-    jobset = as_mapping(as_mapping(runtime.spec.get("template")).get("spec"))
+    jobset = template_spec(runtime.spec)
     for replicated in map(as_mapping, as_list(jobset.get("replicatedJobs"))):
-        job_spec = as_mapping(as_mapping(replicated.get("template")).get("spec"))
-        pod = as_mapping(as_mapping(job_spec.get("template")).get("spec"))
+        pod = template_spec(template_spec(replicated))
         template = PodTemplate(runtime, pod, {}, "spec")
         if template.requests_gpu:
             return True

@@ -9,6 +9,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     PodTemplate,
     Resource,
     Result,
@@ -91,6 +92,31 @@ class Endpoint:
         ---
         # and in the $kind:
         $pod_patch
+    """,
+    fix_kind=FixKind.MANIFEST,
+    remediation_generic="""
+        # <kind> <namespace>/<name>: a headless Service that gives each pod a DNS record
+        apiVersion: v1
+        kind: Service
+        metadata:
+          name: <service>
+          namespace: <namespace>
+        spec:
+          clusterIP: None                 # headless: one DNS record per pod
+          publishNotReadyAddresses: true  # ranks must resolve before they are Ready
+          selector: {<label>: <value>}    # the pod template's labels; a Job: {batch.kubernetes.io/job-name: <name>}
+        ---
+        # and in the <kind> (a Job's pod template cannot change: recreate it with this):
+        spec:
+          template:
+            spec:
+              subdomain: <service>   # must equal the Service name
+              containers:            # when an existing ClusterIP Service is kept, the new headless one is
+                - name: <container>  # <service>-headless: point the rendezvous host at it
+                  env:
+                    - {name: MASTER_ADDR, value: <pod-hostname>.<service>}
+        # a StatefulSet: spec.serviceName: <service> instead (it cannot change in place: delete the
+        # StatefulSet with --cascade=orphan and apply it again)
     """,
     references=(
         "https://kubernetes.io/docs/tasks/job/job-with-pod-to-pod-communication/",

@@ -4,6 +4,7 @@ from typing import Any
 from gpu_audit.api import (
     Category,
     Container,
+    FixKind,
     PodTemplate,
     Result,
     Severity,
@@ -73,6 +74,20 @@ _DEFAULT_GRACE_SECONDS = 30
     remediation="""
         # $kind $namespace/$name: $problem
         $snippet
+    """,
+    fix_kind=FixKind.PATCH,
+    remediation_generic="""
+        # <kind> <namespace>/<name>: checkpoints only to ephemeral storage on spot GPUs
+        terminationGracePeriodSeconds: 120   # flush the last checkpoint on SIGTERM (when it is under 60s)
+        containers:
+          - name: <container>
+            volumeMounts:
+              - {name: checkpoints, mountPath: /checkpoints}
+        volumes:
+          - name: checkpoints
+            persistentVolumeClaim: {claimName: checkpoints}   # RWX (FSx, EFS, Filestore) or an object-store CSI
+        # with durable storage but a grace period too short to checkpoint, only:
+        #   terminationGracePeriodSeconds: 120   # AWS gives about 2 minutes
     """,
     references=(
         "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html",

@@ -16,8 +16,10 @@ from gpu_audit.api import (
     Snapshot,
     as_list,
     as_mapping,
+    image_repository,
     label_selector_matches,
     map_selector_matches,
+    namespace_labels,
     pod_templates,
     str_map,
     templates_of,
@@ -48,15 +50,6 @@ def covers(namespaces: Namespaces, namespace: str) -> bool:
 
 def describe_namespaces(namespaces: Namespaces) -> str:
     return "all namespaces" if namespaces is None else ", ".join(sorted(namespaces))
-
-
-def namespace_labels(snapshot: Snapshot, namespace: str) -> dict[str, str]:
-    """Labels of a Namespace, with the automatic kubernetes.io/metadata.name label that the
-    API server sets even when the dump has no Namespace objects."""
-    found = snapshot.get("Namespace", "", namespace)
-    labels = dict(found.labels) if found else {}
-    labels.setdefault("kubernetes.io/metadata.name", namespace)
-    return labels
 
 
 def prometheus_selects(snapshot: Snapshot, prometheus: Resource, monitor: Resource) -> bool:
@@ -148,15 +141,6 @@ def container_declares_port(container: Container, port: object) -> bool:
         ) == str(port):
             return True
     return False
-
-
-def image_repository(image: str) -> str:
-    """The repository path of an image reference, without tag or digest, lower-case."""
-    name = image.split("@", 1)[0].lower()
-    last = name.rsplit("/", 1)[-1]
-    if ":" in last:
-        name = name[: len(name) - len(last)] + last.split(":", 1)[0]
-    return name
 
 
 def is_dcgm_exporter(container: Container) -> bool:

@@ -5,6 +5,7 @@ from collections.abc import Iterator, Sequence
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     ObjRef,
     PodTemplate,
     Resource,
@@ -67,6 +68,7 @@ _DEPLOY_LABEL = "nvidia.com/gpu.deploy.dcgm-exporter"
               tolerations: $tolerations
         # GPU Operator nodes also need: kubectl label node $name nvidia.com/gpu.deploy.dcgm-exporter=true --overwrite
     """,
+    fix_kind=FixKind.MANIFEST,
     references=(
         "https://github.com/NVIDIA/dcgm-exporter/blob/main/deployment/examples/README.md",
         "https://github.com/NVIDIA/gpu-operator/blob/main/assets/state-dcgm-exporter/0800_daemonset.yaml",

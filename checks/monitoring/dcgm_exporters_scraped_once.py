@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     ObjRef,
     PodTemplate,
     Resource,
@@ -180,6 +181,15 @@ def _groups(
     remediation="""
         # $subject: $summary
         $command
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # <kind> <namespace>/<name> scrapes DCGM exporter pods another monitor already scrapes in the
+        # same Prometheus: keep one monitor per exporter
+        kubectl -n <namespace> delete servicemonitor.monitoring.coreos.com <name>
+        kubectl -n <namespace> delete podmonitor.monitoring.coreos.com <name>   # a PodMonitor
+        # or, when the other one is the GPU Operator's, keep this one and turn the operator's off:
+        kubectl patch clusterpolicies.nvidia.com/<cluster-policy> --type merge -p '{"spec":{"dcgmExporter":{"serviceMonitor":{"enabled":false}}}}'
     """,
     references=(
         "https://github.com/NVIDIA/gpu-operator/blob/main/assets/state-dcgm-exporter/0500_service_monitor.yaml",

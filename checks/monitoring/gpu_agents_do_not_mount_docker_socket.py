@@ -4,6 +4,7 @@ from typing import Any
 from gpu_audit.api import (
     Category,
     Container,
+    FixKind,
     PodTemplate,
     Resource,
     Result,
@@ -13,12 +14,13 @@ from gpu_audit.api import (
     as_mapping,
     check,
     failed,
+    image_repository,
     passed,
     schedules_on,
     templates_of,
 )
 
-from ._common import image_repository, is_dcgm_exporter
+from ._common import is_dcgm_exporter
 
 # Docker's and cri-dockerd's sockets, and the directories that hold them.
 DOCKER_SOCKETS = frozenset(
@@ -100,6 +102,17 @@ def _runtimes(snapshot: Snapshot, template: PodTemplate) -> set[str]:
         # $subject: remove the Docker socket; dcgm-exporter needs only
         # /var/lib/kubelet/pod-resources. kubectl patch daemonset $name -n $namespace --patch-file fix.yaml
         $body
+    """,
+    fix_kind=FixKind.PATCH,
+    remediation_generic="""
+        # DaemonSet <namespace>/<name>: remove the Docker socket; dcgm-exporter needs only
+        # /var/lib/kubelet/pod-resources. kubectl patch daemonset <name> -n <namespace> --patch-file fix.yaml
+        volumes:
+          - {name: <socket-volume>, $patch: delete}
+        containers:   # and initContainers: every container that mounts it
+          - name: <container>
+            volumeMounts:
+              - {mountPath: "<mount-path>", $patch: delete}
     """,
     references=(
         "https://github.com/NVIDIA/dcgm-exporter/blob/main/deployment/examples/dcgm-exporter.yaml",

@@ -5,6 +5,7 @@ from collections.abc import Iterator, Mapping
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -14,6 +15,7 @@ from gpu_audit.api import (
     check,
     failed,
     label_selector_matches,
+    namespace_labels,
     passed,
     str_map,
 )
@@ -22,7 +24,6 @@ from ._common import (
     POD_MONITOR,
     PROMETHEUS,
     SERVICE_MONITOR,
-    namespace_labels,
     prometheus_selects,
     prometheuses,
 )
@@ -63,6 +64,26 @@ _NAME_LABEL = "kubernetes.io/metadata.name"
     remediation="""
         # $kind $namespace/$name: $problem
         $snippet
+        # (kube-prometheus-stack: prometheus.prometheusSpec.serviceMonitorSelectorNilUsesHelmValues:
+        # false and serviceMonitorNamespaceSelector: {} select every ServiceMonitor.)
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # the Prometheus has no serviceMonitorSelector: select the monitor's labels
+        kubectl patch prometheus.monitoring.coreos.com/<prometheus> -n <prometheus-namespace> --type=merge -p '{"spec":{"serviceMonitorSelector":{"matchLabels":{"<label>":"<value>"}}}}'
+        # its selector does not match the monitor: give the monitor the labels it selects
+        kubectl label servicemonitor.monitoring.coreos.com/<name> -n <namespace> <label>=<value> --overwrite
+        # it has no serviceMonitorNamespaceSelector (its own namespace only): add the monitor's
+        kubectl patch prometheus.monitoring.coreos.com/<prometheus> -n <prometheus-namespace> --type=merge -p '{"spec":{"serviceMonitorNamespaceSelector":{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"In","values":["<prometheus-namespace>","<namespace>"]}]}}}'
+        # its namespace selector does not match: label the monitor's namespace
+        kubectl label namespace/<namespace> <label>=<value> --overwrite
+        # (PodMonitors: podMonitorSelector and podMonitorNamespaceSelector.) A Prometheus whose
+        # namespace selector has matchNames, which is not a LabelSelector field, gets:
+        #   spec:
+        #     serviceMonitorNamespaceSelector:
+        #       matchNames: null   # not a LabelSelector field
+        #       matchExpressions:
+        #         - {"key":"kubernetes.io/metadata.name","operator":"In","values":["<namespace>"]}
         # (kube-prometheus-stack: prometheus.prometheusSpec.serviceMonitorSelectorNilUsesHelmValues:
         # false and serviceMonitorNamespaceSelector: {} select every ServiceMonitor.)
     """,

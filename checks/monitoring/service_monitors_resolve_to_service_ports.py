@@ -6,6 +6,7 @@ from typing import Any
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -74,6 +75,7 @@ from ._common import (
           endpoints:
             - port: $port   # a Service.spec.ports[].name; keep your other endpoint settings
     """,
+    fix_kind=FixKind.MANIFEST,
     references=(
         "https://github.com/prometheus-operator/prometheus-operator/blob/main/Documentation/api.md",
         "https://docs.okd.io/latest/rest_api/monitoring_apis/servicemonitor-monitoring-coreos-com-v1.html",

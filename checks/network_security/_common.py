@@ -1,9 +1,9 @@
-"""Shared by the network and security checks: NetworkPolicy types and selection, namespace
-labels. Recognising the GPU/network stack's own pods comes from `gpu_audit.api`."""
+"""Shared by the network and security checks: NetworkPolicy types and selection. Namespace
+labels and recognising the GPU/network stack's own pods come from `gpu_audit.api`."""
 
 from __future__ import annotations
 
-from gpu_audit.api import PodTemplate, Resource, Snapshot, as_list, label_selector_matches
+from gpu_audit.api import PodTemplate, Resource, as_list, label_selector_matches
 
 
 def policy_types(policy: Resource) -> set[str]:
@@ -19,11 +19,3 @@ def policy_selects(policy: Resource, template: PodTemplate) -> bool:
     return policy.ref.namespace == template.owner.ref.namespace and label_selector_matches(
         policy.spec.get("podSelector"), template.labels
     )
-
-
-def namespace_labels(snapshot: Snapshot, namespace: str) -> dict[str, str]:
-    """A namespace's labels; the automatic kubernetes.io/metadata.name label is always there."""
-    found = snapshot.get("Namespace", "", namespace)
-    labels = dict(found.labels) if found is not None else {}
-    labels.setdefault("kubernetes.io/metadata.name", namespace)
-    return labels

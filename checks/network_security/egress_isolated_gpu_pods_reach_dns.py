@@ -8,6 +8,7 @@ from typing import Any
 from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -18,12 +19,12 @@ from gpu_audit.api import (
     failed,
     gpu_pod_templates,
     label_selector_matches,
+    namespace_labels,
     passed,
     pod_templates,
 )
 
 from ._common import (
-    namespace_labels,
     policy_selects,
     policy_types,
 )
@@ -94,6 +95,7 @@ class _Dns:
                 - {protocol: UDP, port: 53}
                 - {protocol: TCP, port: 53}
     """,
+    fix_kind=FixKind.MANIFEST,
     references=(
         "https://kubernetes.io/docs/concepts/services-networking/network-policies/",
         "https://kubernetes.io/docs/tasks/administer-cluster/nodelocaldns/",

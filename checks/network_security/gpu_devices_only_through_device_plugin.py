@@ -7,6 +7,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     PodTemplate,
     Resource,
     Result,
@@ -77,6 +78,40 @@ _VISIBLE_DEVICES_FROM_PLUGIN = """\
         $fragment
         # Enforce it namespace-wide:
         #   kubectl label namespace $namespace pod-security.kubernetes.io/enforce=baseline
+    """,
+    fix_kind=FixKind.PATCH,
+    remediation_generic="""
+        # Request devices through the scheduler instead (a GPU, a MIG slice, a DRA
+        # ResourceClaim; RDMA through its device plugin).
+        # a hostPath volume of /dev, the host root or a device node: delete it and its mounts
+        volumes:
+          - name: <volume>
+            $patch: delete
+        containers:
+          - name: <container>
+            volumeMounts:
+              - mountPath: <mount-path>
+                $patch: delete
+        ---
+        # a privileged container that gets (or may land on) GPUs:
+        containers:
+          - name: <container>
+            securityContext:
+              privileged: false
+              allowPrivilegeEscalation: false
+            # if it uses GPUs: resources: {limits: {nvidia.com/gpu: 1}}
+        ---
+        # NVIDIA_VISIBLE_DEVICES set without a GPU request:
+        containers:
+          - name: <container>
+            env:
+              - name: NVIDIA_VISIBLE_DEVICES
+                $patch: delete   # strategic merge: removes the entry
+            resources:
+              limits:
+                nvidia.com/gpu: 1   # the device plugin sets NVIDIA_VISIBLE_DEVICES to the allocated GPU
+        # Enforce it namespace-wide:
+        #   kubectl label namespace <namespace> pod-security.kubernetes.io/enforce=baseline
     """,
     references=(
         "https://kubernetes.io/docs/concepts/security/pod-security-standards/",

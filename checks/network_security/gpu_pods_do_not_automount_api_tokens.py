@@ -7,6 +7,7 @@ from gpu_audit.api import (
     KSERVE_ISVC_LABEL,
     WORKLOAD_TYPES,
     Category,
+    FixKind,
     PodTemplate,
     Resource,
     Result,
@@ -64,6 +65,7 @@ _RISKY_VERBS = {"get", "list", "watch", "*"}
         # or per pod (the pod's field wins over the ServiceAccount's):
         #   spec: {serviceAccountName: $service_account, automountServiceAccountToken: false}
     """,
+    fix_kind=FixKind.MANIFEST,
     references=(
         "https://kubernetes.io/docs/tasks/configure-pod-container/configure-service-account/#opt-out-of-api-credential-automounting",
         "https://github.com/NVIDIA/dcgm-exporter/blob/main/deployment/examples/dcgm-exporter.yaml",

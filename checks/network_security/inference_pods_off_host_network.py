@@ -7,6 +7,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     PodTemplate,
     Result,
     ServerClass,
@@ -56,6 +57,7 @@ from gpu_audit.api import (
         # dnsPolicy: ClusterFirstWithHostNet
         # and drop hostPort from containers[].ports: publish through a Service instead
     """,
+    fix_kind=FixKind.PATCH,
     references=(
         "https://kubernetes.io/docs/concepts/security/pod-security-standards/",
         "https://kubernetes.io/docs/concepts/services-networking/dns-pod-service/#pod-s-dns-policy",

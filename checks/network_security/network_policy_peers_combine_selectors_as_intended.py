@@ -6,6 +6,7 @@ from typing import Any
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -51,6 +52,15 @@ _DIRECTIONS = (("ingress", "from"), ("egress", "to"))
         kubectl patch networkpolicy $name -n $namespace --type=json -p '$patch'
         # if the OR is intended, annotate the policy instead:
         #   kubectl annotate networkpolicy $name -n $namespace gpu-audit.io/intent=or
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # <kind> <namespace>/<name>, spec.ingress[<i>].from (or spec.egress[<i>].to): merge the two
+        # peers into ONE list item to mean "pods matching <pods> in namespaces matching <namespaces>" (AND).
+        # The test operation refuses the patch if the list changed since the scan:
+        kubectl patch networkpolicy <name> -n <namespace> --type=json -p '[{"op":"test","path":"/spec/ingress/<i>/from","value":[<the peers as scanned>]},{"op":"replace","path":"/spec/ingress/<i>/from","value":[{"namespaceSelector":<namespaces>,"podSelector":<pods>}]}]'
+        # if the OR is intended, annotate the policy instead:
+        #   kubectl annotate networkpolicy <name> -n <namespace> gpu-audit.io/intent=or
     """,
     references=(
         "https://kubernetes.io/docs/concepts/services-networking/network-policies/#behavior-of-to-and-from-selectors",

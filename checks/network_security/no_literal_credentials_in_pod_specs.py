@@ -7,6 +7,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     Result,
     Severity,
     Snapshot,
@@ -51,6 +52,35 @@ _SECRET_FLAG = re.compile(r"^--(api-key|hf-token|token|password|api-token)(=|$)"
     remediation="""
         # $kind $namespace/$name: $advice
         $snippet
+    """,
+    fix_kind=FixKind.PATCH,
+    remediation_generic=r"""
+        # a literal credential in env: take it from a Secret; create it first:
+        #   kubectl -n <namespace> create secret generic <secret> --from-literal=value=...
+        containers:
+          - name: <container>
+            env:
+              - name: <ENV_NAME>
+                value: null   # the literal goes
+                valueFrom:
+                  secretKeyRef: {name: <secret>, key: value}
+        # a literal after --<flag> on the command line: the same env entry without `value: null`,
+        # then pass it as --<flag>=$(<ENV_NAME>)
+        ---
+        # a model decryption key in env: a read-only file from its Secret instead
+        volumes:
+          - name: <secret>
+            secret: {secretName: <secret>, defaultMode: 0400}
+        containers:
+          - name: <container>
+            env:
+              - {name: <ENV_NAME>, $patch: delete}
+            volumeMounts:
+              - {name: <secret>, mountPath: /var/run/secrets/<secret>, readOnly: true}
+        # a credential-like ConfigMap key: copy it into a Secret without printing it, then drop it
+        #   kubectl -n <namespace> create secret generic <secret> \
+        #     --from-literal=value="$(kubectl -n <namespace> get configmap <name> -o jsonpath='{.data.<key>}')"
+        #   kubectl -n <namespace> patch configmap <name> --type=json -p '[{"op": "remove", "path": "/data/<key>"}]'
     """,
     references=(
         "https://kubernetes.io/docs/concepts/security/secrets-good-practices/",

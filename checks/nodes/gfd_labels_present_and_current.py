@@ -8,6 +8,7 @@ from gpu_audit.api import (
     CLUSTER_POLICY,
     NVIDIA_MIG_PREFIX,
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -77,6 +78,7 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600}
         # $hint
         # labels GFD wrote: kubectl get node $name -o jsonpath='{.metadata.labels}'
     """,
+    fix_kind=FixKind.COMMAND,
     references=(
         "https://github.com/NVIDIA/k8s-device-plugin/blob/main/docs/gpu-feature-discovery/README.md",
         "https://github.com/NVIDIA/k8s-device-plugin/blob/main/internal/lm/nvml.go",

@@ -3,6 +3,7 @@ from decimal import Decimal
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -50,6 +51,7 @@ _WHOLE = "nvidia.com/gpu"
         # then: the device plugin logs on $name (grep -i -E 'xid|unhealthy'), and
         # kubectl drain $name --ignore-daemonsets --delete-emptydir-data to reset or replace GPUs
     """,
+    fix_kind=FixKind.COMMAND,
     references=(
         "https://github.com/NVIDIA/k8s-device-plugin/issues/58",
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html",

@@ -3,6 +3,7 @@ from decimal import Decimal
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     QuantityError,
     Resource,
     Result,
@@ -51,6 +52,7 @@ _VM_MODES = ("vm-passthrough", "vm-vgpu")
         kubectl get pods -A -o wide -l app=nvidia-device-plugin-daemonset --field-selector spec.nodeName=$name
         # $hint
     """,
+    fix_kind=FixKind.COMMAND,
     references=(
         "https://github.com/NVIDIA/k8s-device-plugin/issues/58",
         "https://github.com/kubernetes/kubernetes/pull/57266",

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 from gpu_audit.api import (
     NODEPOOL,
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -49,6 +50,16 @@ _SUGGESTED = Taint("nvidia.com/gpu", "present", "NoSchedule")
     """,
     remediation="""
         kubectl $command
+        # GPU pods tolerate a taint keyed nvidia.com/gpu automatically where the
+        # ExtendedResourceToleration admission plugin runs (EKS >= 1.19, GKE, AKS); elsewhere
+        # add to their pod spec: tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        kubectl taint nodes <node> nvidia.com/gpu=present:NoSchedule --overwrite
+        # a Karpenter NodePool: add the taint to its node template (JSON patch "add" replaces the
+        # list: keep its existing taints in it)
+        kubectl patch nodepools.karpenter.sh <name> --type=json -p '[{"op":"add","path":"/spec/template/spec/taints","value":[<existing taints>,{"key":"nvidia.com/gpu","effect":"NoSchedule"}]}]'
         # GPU pods tolerate a taint keyed nvidia.com/gpu automatically where the
         # ExtendedResourceToleration admission plugin runs (EKS >= 1.19, GKE, AKS); elsewhere
         # add to their pod spec: tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]

@@ -3,6 +3,7 @@ from typing import Any
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -52,6 +53,7 @@ _UPGRADE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
         # or retire it: kubectl drain $name --ignore-daemonsets --delete-emptydir-data
         #   && kubectl delete node $name   (and terminate the instance)
     """,
+    fix_kind=FixKind.COMMAND,
     references=(
         "https://kubernetes.io/docs/reference/node/node-status/",
         "https://docs.aws.amazon.com/eks/latest/userguide/node-health.html",

@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Result,
     Severity,
     Snapshot,
@@ -47,6 +48,7 @@ _DRA_DRIVER = "gpu.nvidia.com"
         # ComputeDomains only:
         # helm upgrade nvidia-dra-driver-gpu nvidia/nvidia-dra-driver-gpu --reuse-values --set resources.gpus.enabled=false
     """,
+    fix_kind=FixKind.COMMAND,
     references=(
         "https://kubernetes.io/docs/concepts/scheduling-eviction/dynamic-resource-allocation/",
         "https://nvidia.github.io/cloud-native-docs/review/pr-478/gpu-operator/latest/dra-intro-install.html",

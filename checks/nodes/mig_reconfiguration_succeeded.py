@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -57,6 +58,7 @@ _DEPLOY_LABELS = tuple(
         # and choosing a profile that exists in the MIG config (the <node>-mig-config ConfigMap):
         # kubectl label node $name nvidia.com/mig.config=all-1g.10gb --overwrite
     """,
+    fix_kind=FixKind.COMMAND,
     references=(
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html",
         "https://github.com/NVIDIA/mig-parted/blob/main/pkg/mig/reconfigure/reconfigure.go",

@@ -10,6 +10,7 @@ from gpu_audit.api import (
     NODEPOOL,
     NVIDIA_MIG_PREFIX,
     Category,
+    FixKind,
     PodTemplate,
     Resource,
     Result,
@@ -68,6 +69,23 @@ _RESTART = "kubectl delete pods -A -l {app} --field-selector spec.nodeName={node
     remediation="""
         $command
         # $hint
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # a MIG layout mig.strategy single cannot advertise (several instance types: MIG-INVALID,
+        # 0 GPUs): switch the cluster to the mixed strategy
+        kubectl patch clusterpolicies.nvidia.com/<cluster-policy> --type=merge -p '{"spec":{"mig":{"strategy":"mixed"}}}'
+        helm upgrade nvdp nvdp/nvidia-device-plugin --reuse-values --set migStrategy=mixed   # without a ClusterPolicy
+        # or keep single with a one-profile layout:
+        kubectl label node <node> nvidia.com/mig.config=all-1g.10gb --overwrite
+        # a MIG profile applied under strategy none: set single (mixed when the profile has several instance types)
+        kubectl patch clusterpolicies.nvidia.com/<cluster-policy> --type=merge -p '{"spec":{"mig":{"strategy":"single"}}}'
+        # GFD labels of another strategy, or MIG resources left under single: restart the pod on the node
+        kubectl delete pods -A -l app=gpu-feature-discovery --field-selector spec.nodeName=<node>
+        kubectl delete pods -A -l app=nvidia-device-plugin-daemonset --field-selector spec.nodeName=<node>
+        # a workload requesting a MIG resource no node advertises: see what the nodes offer, and
+        # request nvidia.com/gpu under single (or a MIG resource the nodes advertise)
+        kubectl get nodes -L nvidia.com/mig.strategy,nvidia.com/gpu.product
     """,
     references=(
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html",

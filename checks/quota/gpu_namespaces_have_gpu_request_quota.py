@@ -5,6 +5,7 @@ from typing import Any
 from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
+    FixKind,
     PodTemplate,
     Resource,
     Result,
@@ -58,6 +59,7 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
           hard:
             requests.$resource: "$count"   # extended resources are enforced only with requests.
     """,
+    fix_kind=FixKind.MANIFEST,
     references=(
         "https://kubernetes.io/docs/concepts/policy/resource-quotas/#quota-for-extended-resources",
         "https://kueue.sigs.k8s.io/docs/concepts/cluster_queue/",

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
+    FixKind,
     PodTemplate,
     Resource,
     Result,
@@ -66,6 +67,29 @@ class Priority:
     remediation="""
         # $kind $namespace/$name: $problem
         $snippet
+    """,
+    fix_kind=FixKind.MANIFEST,
+    remediation_generic="""
+        # a GPU workload without a deliberate class (a system class, a missing class, serving not
+        # above batch, batch above serving): a tenant class, serving shown (batch: gpu-research,
+        # value 1000, preemptionPolicy Never, "GPU batch workloads")
+        apiVersion: scheduling.k8s.io/v1
+        kind: PriorityClass
+        metadata:
+          name: gpu-production
+        value: 100000
+        preemptionPolicy: PreemptLowerPriority
+        description: GPU serving workloads
+        ---
+        # and in the pod template (spec.template.spec):
+        spec:
+          template:
+            spec:
+              priorityClassName: gpu-production
+        # when that class exists with another value or preemptionPolicy (both immutable), recreate
+        # it in a quiet moment: kubectl replace --force -f - with the manifest above
+        # a high globalDefault class:
+        #   kubectl patch priorityclass <name> --type=merge -p '{"globalDefault":false}'
     """,
     references=(
         "https://kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/",

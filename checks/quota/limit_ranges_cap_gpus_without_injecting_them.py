@@ -4,6 +4,7 @@ from typing import Any
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     QuantityError,
     Resource,
     Result,
@@ -59,6 +60,7 @@ _SECTIONS = ("max", "min", "default", "defaultRequest")
               default: {$resource: "0"}          # explicit 0: nothing is injected
               defaultRequest: {$resource: "0"}
     """,
+    fix_kind=FixKind.MANIFEST,
     references=(
         "https://github.com/kubernetes/kubernetes/blob/master/pkg/apis/core/v1/defaults.go",
         "https://github.com/canonical/bundle-kubeflow/issues/599",

@@ -16,6 +16,7 @@ from gpu_audit.api import (
     Taint,
     as_list,
     as_mapping,
+    containers,
     dedicating_taints,
     gpu_hosts,
     is_extended_resource,
@@ -44,8 +45,8 @@ _WELL_KNOWN_PREFIXES = (
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
-    """A node, or a NodePool standing for the nodes it would launch."""
+class CandidateNode:
+    """Where a pod may land: a node, or a NodePool standing for the nodes it would launch."""
 
     target: Resource
     taints: tuple[Taint, ...]
@@ -60,16 +61,16 @@ class Placement:
         return f"{kind} {self.target.ref.name}"
 
 
-def placements(
+def candidate_nodes(
     snapshot: Snapshot, spec: Mapping[str, Any], *, gpu_only: bool = True
-) -> list[Placement]:
+) -> list[CandidateNode]:
     """Nodes that pass the pod's nodeSelector/required affinity, then the Karpenter NodePools
     that could launch one (ignoring taints and resources). With `gpu_only`, GPU nodes and
     NodePools that may launch GPU instances only."""
     # Only the selector and node affinity decide, and many templates share them: each
     # distinct pair is matched against the nodes once per snapshot.
-    key = ("scheduling.placements", gpu_only, placement_key(spec))
-    return list(snapshot.derived(key, lambda s: tuple(_placements(s, spec, gpu_only))))
+    key = ("scheduling.candidate_nodes", gpu_only, placement_key(spec))
+    return list(snapshot.derived(key, lambda s: tuple(_candidate_nodes(s, spec, gpu_only))))
 
 
 def placement_key(spec: Mapping[str, Any], *more: object) -> str:
@@ -79,11 +80,13 @@ def placement_key(spec: Mapping[str, Any], *more: object) -> str:
     return json.dumps([spec.get("nodeSelector"), affinity, *more], sort_keys=True, default=str)
 
 
-def _placements(snapshot: Snapshot, spec: Mapping[str, Any], gpu_only: bool) -> list[Placement]:
+def _candidate_nodes(
+    snapshot: Snapshot, spec: Mapping[str, Any], gpu_only: bool
+) -> list[CandidateNode]:
     nodes = gpu_hosts(snapshot) if gpu_only else snapshot.of("Node")
-    out = [Placement(n, node_taints(n)) for n in nodes if node_affinity_matches(spec, n)]
+    out = [CandidateNode(n, node_taints(n)) for n in nodes if node_affinity_matches(spec, n)]
     out.extend(
-        Placement(p, nodepool_taints(p))
+        CandidateNode(p, nodepool_taints(p))
         for p in snapshot.of(NODEPOOL)
         if not (gpu_only and nodepool_gpu_scope(p) == "none") and nodepool_may_satisfy(spec, p)
     )
@@ -209,12 +212,11 @@ def _static_admits(operator: str, values: list[str], have: str) -> bool:
 def autoscaler_present(snapshot: Snapshot) -> bool:
     """A cluster-autoscaler Deployment in the input: node groups it can scale from zero are
     invisible in the API, so "no node matches" is not proof that none ever will."""
-    for deployment in snapshot.of("Deployment"):
-        spec = as_mapping(as_mapping(deployment.spec.get("template")).get("spec"))
-        for container in map(as_mapping, as_list(spec.get("containers"))):
-            if "cluster-autoscaler" in str(container.get("image", "")):
-                return True
-    return False
+    return any(
+        "cluster-autoscaler" in str(container.get("image", ""))
+        for deployment in snapshot.of("Deployment")
+        for container in containers(deployment)
+    )
 
 
 def is_daemonset(template: PodTemplate) -> bool:

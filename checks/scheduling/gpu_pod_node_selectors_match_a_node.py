@@ -4,6 +4,7 @@ from typing import Any
 from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
+    FixKind,
     PodTemplate,
     Result,
     Severity,
@@ -18,8 +19,8 @@ from gpu_audit.api import (
 )
 from gpu_audit.checks.scheduling._common import (
     autoscaler_present,
+    candidate_nodes,
     is_daemonset,
-    placements,
 )
 
 _VALUES_SHOWN = 5
@@ -52,6 +53,7 @@ _VALUES_SHOWN = 5
         # then set $path.nodeSelector / nodeAffinity of $kind $namespace/$name to values the
         # nodes carry: GFD values are exact (NVIDIA-A100-SXM4-80GB, not A100)
     """,
+    fix_kind=FixKind.COMMAND,
     references=(
         "https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/",
         "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",
@@ -69,7 +71,7 @@ def gpu_pod_node_selectors_match_a_node(snapshot: Snapshot) -> Iterator[Result]:
 
 def _verdict(snapshot: Snapshot, template: PodTemplate, keys: list[str], scaler: bool) -> Result:
     path = template.path
-    candidates = placements(snapshot, template.spec, gpu_only=False)
+    candidates = candidate_nodes(snapshot, template.spec, gpu_only=False)
     if candidates:
         first = candidates[0]  # nodes come before NodePools
         message = (

@@ -6,6 +6,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     PodTemplate,
     Resource,
     Result,
@@ -68,6 +69,18 @@ _GPU_COUNT = "karpenter.k8s.aws/instance-gpu-count"
         # $largest, has less. Lower the request, or split the work into worker pods that each
         # fit one node and gang-schedule them (see GPU-DIST-001). Requests that fit:
         $containers
+    """,
+    fix_kind=FixKind.PATCH,
+    remediation_generic="""
+        # <kind> <namespace>/<name> needs more in one pod than the largest eligible node has.
+        # Lower the request, or split the work into worker pods that each fit one node and
+        # gang-schedule them (see GPU-DIST-001). Requests that fit, largest requests first
+        # (requests and limits together where the container sets both):
+        containers:
+          - name: <container>
+            resources:
+              requests: {<resource>: <what-fits>}
+              limits: {<resource>: <what-fits>}
     """,
     references=(
         "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",

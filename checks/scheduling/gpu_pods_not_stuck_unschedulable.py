@@ -7,6 +7,7 @@ from typing import Any
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     ObjRef,
     Resource,
     Result,
@@ -16,6 +17,9 @@ from gpu_audit.api import (
     as_mapping,
     check,
     controller_owner,
+    event_note,
+    event_regarding,
+    event_time,
     failed,
     passed,
     templates_of,
@@ -89,6 +93,7 @@ class _Event:
         # cause: $cause
         # free GPUs per node: kubectl get nodes -o custom-columns=NAME:.metadata.name,GPU:.status.allocatable.nvidia\\.com/gpu
     """,
+    fix_kind=FixKind.COMMAND,
     references=(
         "https://kubernetes.io/docs/concepts/scheduling-eviction/pod-scheduling-readiness/",
         "https://kubernetes.io/docs/reference/kubernetes-api/cluster-resources/event-v1",
@@ -249,29 +254,13 @@ def _events_by_pod(snapshot: Snapshot) -> dict[tuple[str, str], list[_Event]]:
     """Pod events by (namespace, pod name), oldest first; core/v1 and events.k8s.io/v1."""
     out: dict[tuple[str, str], list[_Event]] = defaultdict(list)
     for event in snapshot.of("Event"):
-        raw = event.raw
-        about = as_mapping(raw.get("involvedObject") or raw.get("regarding"))
+        about = event_regarding(event)
         if about.get("kind") != "Pod":
             continue
         namespace = str(about.get("namespace") or event.ref.namespace)
-        message = str(raw.get("message") or raw.get("note") or "")
         out[(namespace, str(about.get("name", "")))].append(
-            _Event(str(raw.get("reason", "")), message, _event_time(raw))
+            _Event(str(event.raw.get("reason", "")), event_note(event), event_time(event))
         )
     for found in out.values():
         found.sort(key=lambda e: e.time)
     return out
-
-
-def _event_time(raw: Mapping[str, Any]) -> str:
-    series = as_mapping(raw.get("series"))
-    for value in (
-        series.get("lastObservedTime"),
-        raw.get("lastTimestamp"),
-        raw.get("deprecatedLastTimestamp"),
-        raw.get("eventTime"),
-        as_mapping(raw.get("metadata")).get("creationTimestamp"),
-    ):
-        if value:
-            return str(value)
-    return ""

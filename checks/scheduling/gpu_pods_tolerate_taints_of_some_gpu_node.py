@@ -3,6 +3,7 @@ from collections.abc import Iterator
 from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
+    FixKind,
     PodTemplate,
     Result,
     Severity,
@@ -14,10 +15,10 @@ from gpu_audit.api import (
     passed,
 )
 from gpu_audit.checks.scheduling._common import (
-    Placement,
+    CandidateNode,
     auto_tolerated,
     blocking_taints,
-    placements,
+    candidate_nodes,
 )
 
 _SHOWN = 3
@@ -56,6 +57,7 @@ _SHOWN = 3
             operator: Exists
             effect: $effect
     """,
+    fix_kind=FixKind.PATCH,
     references=(
         "https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/",
         "https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#extendedresourcetoleration",
@@ -66,16 +68,16 @@ _SHOWN = 3
 )
 def gpu_pods_tolerate_taints_of_some_gpu_node(snapshot: Snapshot) -> Iterator[Result]:
     for template in gpu_pod_templates(snapshot):
-        candidates = placements(snapshot, template.spec)
+        candidates = candidate_nodes(snapshot, template.spec)
         if candidates:
             yield _verdict(template, candidates)
 
 
-def _verdict(template: PodTemplate, candidates: list[Placement]) -> Result:
+def _verdict(template: PodTemplate, candidates: list[CandidateNode]) -> Result:
     path = f"{template.path}.tolerations"
     # Nodes of one pool share their taints: judge each distinct set once (5,000 nodes).
     judged: dict[tuple[Taint, ...], list[Taint]] = {}
-    blocked: list[tuple[Placement, list[str]]] = []
+    blocked: list[tuple[CandidateNode, list[str]]] = []
     for candidate in candidates:
         taints = judged.get(candidate.taints)
         if taints is None:
@@ -94,7 +96,7 @@ def _verdict(template: PodTemplate, candidates: list[Placement]) -> Result:
     )
 
 
-def _pass_message(template: PodTemplate, candidate: Placement) -> str:
+def _pass_message(template: PodTemplate, candidate: CandidateNode) -> str:
     message = f"tolerates every hard taint of {candidate.label}"
     assumed = auto_tolerated(template, candidate.taints)
     if assumed:

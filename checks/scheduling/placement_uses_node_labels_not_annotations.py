@@ -4,6 +4,7 @@ from typing import Any
 from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
+    FixKind,
     Result,
     Severity,
     Snapshot,
@@ -61,6 +62,7 @@ _PLACEMENT_SUFFIXES = ("/zone", "availability-zone")
         nodeSelector:
           $key: "$value"
     """,
+    fix_kind=FixKind.PATCH,
     references=(
         "https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/",
         "https://kubernetes.io/docs/reference/labels-annotations-taints/",

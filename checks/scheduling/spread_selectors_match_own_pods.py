@@ -10,6 +10,7 @@ from typing import Any
 from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
+    FixKind,
     PodTemplate,
     Result,
     Severity,
@@ -23,6 +24,7 @@ from gpu_audit.api import (
     passed,
     pod_templates,
     str_map,
+    template_spec,
 )
 
 _HPA = "HorizontalPodAutoscaler"
@@ -96,6 +98,14 @@ class _Term:
     remediation="""
         # select the pod's own labels in $what $index of $kind $namespace/$name
         kubectl patch $resource $name -n $namespace --type=json -p '$patch'
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # select the pod's own labels in the podAntiAffinity term or topology spread constraint <i> of <kind> <namespace>/<name>
+        kubectl patch <kind> <name> -n <namespace> --type=json -p '[{"op":"add","path":"/spec/template/spec/topologySpreadConstraints/<i>/labelSelector","value":{"matchLabels":{"<label>":"<value>"}}}]'
+        # the path of a podAntiAffinity term, under the pod template's path:
+        #   /affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution/<i>/labelSelector
+        #   /affinity/podAntiAffinity/preferredDuringSchedulingIgnoredDuringExecution/<i>/podAffinityTerm/labelSelector
     """,
     references=(
         "https://kubernetes.io/docs/concepts/scheduling-eviction/topology-spread-constraints/",
@@ -296,7 +306,7 @@ def _runs_several_pods(template: PodTemplate, autoscaled: frozenset[tuple[str, s
     if kind == "Job":
         return _int(spec.get("parallelism"), 1) > 1
     if kind == "CronJob":
-        job = as_mapping(as_mapping(spec.get("jobTemplate")).get("spec"))
+        job = template_spec(spec, "jobTemplate")
         return _int(job.get("parallelism"), 1) > 1
     if kind in ("PyTorchJob.kubeflow.org", "MPIJob.kubeflow.org"):
         field = "pytorchReplicaSpecs" if kind.startswith("PyTorchJob") else "mpiReplicaSpecs"

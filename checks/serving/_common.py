@@ -1,5 +1,5 @@
-"""What only the serving checks share: image tags, literal env values, command-line flags,
-probe budgets and KServe/Knative ownership. Model-server classification (SRV-CLASSIFY) comes
+"""What only the serving checks share: command-line flags, probe budgets and KServe/Knative
+ownership. Model-server classification (SRV-CLASSIFY), image tags and literal env values come
 from `gpu_audit.api`."""
 
 from __future__ import annotations
@@ -8,21 +8,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpu_audit.api import KSERVE_ISVC_LABEL, Container
-
-
-def image_tag(image: str) -> str:
-    name = image.strip().split("@", 1)[0]
-    last = name.rsplit("/", 1)[-1]
-    return last.split(":", 1)[1] if ":" in last else ""
-
-
-def env_value(container: Container, name: str) -> str | None:
-    """A literal env value; None when unset or supplied by valueFrom (unknown offline)."""
-    entry = container.env().get(name)
-    if entry is None or "value" not in entry:
-        return None
-    value = entry.get("value")
-    return "" if value is None else str(value)
 
 
 def truthy(value: str | None) -> bool:

@@ -8,6 +8,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -17,12 +18,11 @@ from gpu_audit.api import (
     check,
     failed,
     image_registry_and_path,
+    image_tag,
     is_gpu_resource,
     passed,
     pod_templates,
 )
-
-from ._common import image_tag
 
 ISVC = "InferenceService.serving.kserve.io"
 SERVING_RUNTIME = "ServingRuntime.serving.kserve.io"
@@ -80,6 +80,32 @@ _SUFFIX_FORMATS = set(GPU_SUFFIX_RUNTIMES.values())
     remediation="""
         # $kind $namespace/$name: $problem
         $snippet
+    """,
+    fix_kind=FixKind.PATCH,
+    remediation_generic="""
+        # an InferenceService on the CPU build of its runtime: use the runtime's GPU build
+        # (or remove runtimeVersion: KServe appends -gpu itself)
+        spec:
+          predictor:
+            model:
+              modelFormat: {name: <format>}
+              runtimeVersion: <version>-gpu
+        ---
+        # a runtime without GPU support (sklearn, pmml): drop nvidia.com/gpu from the predictor
+        # (or pick a GPU runtime); a merge patch keeps the limits it does not name, so also set
+        # nvidia.com/gpu: null
+        spec:
+          predictor:
+            model:
+              resources:
+                limits: {cpu: "2", memory: 4Gi}
+        ---
+        # a GPU container that hides its GPU (CUDA_VISIBLE_DEVICES=-1, --device cpu): remove that and
+        # use the CUDA build of the image, or drop the GPU request if the model is meant to run on CPU:
+        containers:
+          - name: <container>
+            resources:
+              limits: {cpu: "4", memory: 16Gi}
     """,
     references=(
         "https://kserve.github.io/website/latest/modelserving/servingruntimes/",

@@ -14,6 +14,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     PodTemplate,
     Resource,
     Result,
@@ -25,7 +26,9 @@ from gpu_audit.api import (
     as_mapping,
     check,
     classify,
+    env_value,
     failed,
+    image_tag,
     map_selector_matches,
     passed,
     pod_templates,
@@ -33,10 +36,8 @@ from gpu_audit.api import (
 )
 
 from ._common import (
-    env_value,
     flag_value,
     has_flag,
-    image_tag,
     truthy,
 )
 
@@ -140,6 +141,7 @@ class _Exposure:
         # and restrict it: loadBalancerSourceRanges or an internal load balancer annotation.
         # Triton: drop --model-control-mode explicit/poll or add --http-restricted-api.
     """,
+    fix_kind=FixKind.MANIFEST,
     references=(
         "https://kubernetes.io/docs/concepts/services-networking/service/",
         "https://docs.pytorch.org/serve/_sources/security.md.txt",

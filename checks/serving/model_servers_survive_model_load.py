@@ -6,6 +6,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     Result,
     ServerClass,
     Severity,
@@ -63,6 +64,7 @@ _STARTUP_BUDGET = 120
               httpGet: {path: $path, port: $port}
               periodSeconds: 5
     """,
+    fix_kind=FixKind.PATCH,
     references=(
         "https://kubernetes.io/docs/tasks/configure-pod-container/configure-liveness-readiness-startup-probes/",
         "https://github.com/triton-inference-server/server/blob/main/deploy/k8s-onprem/templates/deployment.yaml",

@@ -7,6 +7,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -15,13 +16,13 @@ from gpu_audit.api import (
     as_mapping,
     check,
     classify,
+    env_value,
     failed,
     passed,
     pod_templates,
 )
 
 from ._common import (
-    env_value,
     has_flag,
     truthy,
 )
@@ -69,6 +70,7 @@ _TORCHSERVE_RUNTIME = "kserve-torchserve"
               runtime: kserve-tritonserver
               storageUri: s3://models/$name/
     """,
+    fix_kind=FixKind.MANIFEST,
     references=(
         "https://github.com/pytorch/serve",
         "https://pytorch.org/serve/token_authorization_api.html",

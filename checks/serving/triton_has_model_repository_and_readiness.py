@@ -8,6 +8,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     Result,
     Severity,
     Snapshot,
@@ -74,6 +75,7 @@ _METRICS_PORT = 8002
               periodSeconds: 10
               failureThreshold: 30        # 5 minutes for model load
     """,
+    fix_kind=FixKind.PATCH,
     references=(
         "https://github.com/triton-inference-server/server/blob/main/deploy/k8s-onprem/templates/deployment.yaml",
         "https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/model_repository.html",

@@ -194,7 +194,7 @@ def daemonset_env(daemonset: Resource, name: str) -> str:
     """The first non-empty literal value of env `name` in any container, init included."""
     for template in templates_of(daemonset):
         for container in template.containers():
-            value = env_value(container.raw, name)
+            value = env_value(container, name)
             if value:
                 return value
     return ""

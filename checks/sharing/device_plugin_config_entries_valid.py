@@ -4,6 +4,7 @@ from gpu_audit.api import (
     NVIDIA_GPU,
     NVIDIA_MIG_PREFIX,
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -114,6 +115,7 @@ _ORDER = (Severity.LOW, Severity.MEDIUM, Severity.HIGH)
                   - name: nvidia.com/gpu
                     replicas: 4                  # an integer >= 2
     """,
+    fix_kind=FixKind.MANIFEST,
     references=(
         "https://github.com/NVIDIA/k8s-device-plugin/blob/main/api/config/v1/replicas.go",
         "https://github.com/NVIDIA/k8s-device-plugin/issues/1433",

@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -43,6 +44,15 @@ from gpu_audit.checks.sharing._common import (
     """,
     remediation="""
         $command   # $summary
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # a node's nvidia.com/device-plugin.config label names no key of the ConfigMap: the value
+        # must equal a data key of it
+        kubectl label node <node> nvidia.com/device-plugin.config=<key> --overwrite
+        # sharing configs that no GPU node selects: make one the default (or label the nodes that should share)
+        kubectl patch clusterpolicies.nvidia.com/<cluster-policy> --type merge -p '{"spec":{"devicePlugin":{"config":{"default":"<key>"}}}}'
+        helm upgrade --reuse-values <release> nvdp/nvidia-device-plugin -n <plugin-namespace> --set config.default=<key>   # a standalone device plugin
     """,
     references=(
         "https://github.com/NVIDIA/k8s-device-plugin#updating-per-node-configuration-with-a-node-label",

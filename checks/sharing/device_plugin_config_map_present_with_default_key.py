@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Result,
     Severity,
     Snapshot,
@@ -52,6 +53,15 @@ def _path(ref: ConfigRef) -> str:
     """,
     remediation="""
         $command   # $summary
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # the ConfigMap the device plugin config names is not in the plugin's namespace: create it
+        kubectl -n <plugin-namespace> create configmap <configmap> --from-file=any=./any.yaml
+        # the default config is not a key of the ConfigMap: add that key (or point the default at an existing key)
+        kubectl -n <plugin-namespace> edit configmap <configmap>
+        # no default config, and no key the fallback strategies select (standalone nvdp chart):
+        helm upgrade --reuse-values <release> nvdp/nvidia-device-plugin -n <plugin-namespace> --set config.default=<key>
     """,
     references=(
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html",

@@ -4,6 +4,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -82,6 +83,15 @@ def _is_device_plugin_image(container: Container) -> bool:
     remediation="""
         # $subject: $summary
         $command
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # Node <node> selects an MPS config while MIG is enabled: MPS is unsupported on MIG devices;
+        # disable MIG or pick a config without MPS (time-slicing works on MIG slices)
+        kubectl label node <node> nvidia.com/mig.config=all-disabled --overwrite
+        # a workload that starts nvidia-cuda-mps-control itself: remove the hand-made MPS daemon;
+        # configure MPS in the device-plugin config (sharing.mps) instead
+        kubectl -n <namespace> delete <kind> <name>
     """,
     references=(
         "https://github.com/NVIDIA/k8s-device-plugin#with-cuda-mps",

@@ -5,6 +5,7 @@ from gpu_audit.api import (
     NVIDIA_GPU,
     NVIDIA_GPU_SHARED,
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -147,6 +148,16 @@ def _evaluated(node: Resource) -> bool:
     remediation="""
         # $subject: $summary
         $command
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # Node <node> does not advertise what its selected config asks for: restart the device plugin
+        # (and GFD) so they apply it; the operator does not restart them after a ConfigMap edit
+        kubectl -n <plugin-namespace> rollout restart daemonset/<device-plugin-daemonset>
+        kubectl -n <plugin-namespace> rollout restart daemonset/<gfd-daemonset>
+        # GPU Operator operands that are not in the input, by their app labels:
+        kubectl -n <plugin-namespace> rollout restart daemonset -l app=nvidia-device-plugin-daemonset
+        kubectl -n <plugin-namespace> rollout restart daemonset -l app=gpu-feature-discovery
     """,
     references=(
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html",

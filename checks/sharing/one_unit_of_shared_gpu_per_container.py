@@ -9,6 +9,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -98,6 +99,7 @@ def _matching_gpu_nodes(snapshot: Snapshot, spec: Mapping[str, Any]) -> tuple[Re
               limits:
                 $resource: 1   # more slots do not mean more GPU; need more? use whole GPUs
     """,
+    fix_kind=FixKind.PATCH,
     references=(
         "https://github.com/NVIDIA/k8s-device-plugin#with-cuda-time-slicing",
         "https://github.com/NVIDIA/k8s-device-plugin/issues/1208",

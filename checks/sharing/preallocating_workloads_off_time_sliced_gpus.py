@@ -7,6 +7,7 @@ from gpu_audit.api import (
     NVIDIA_GPU_SHARED,
     Category,
     Container,
+    FixKind,
     PodTemplate,
     Resource,
     Result,
@@ -182,6 +183,7 @@ def _landing_nodes(template: PodTemplate, nodes: Sequence[Resource]) -> list[Res
                 - matchExpressions:
                     - {key: nvidia.com/gpu.sharing-strategy, operator: NotIn, values: ["time-slicing"]}
     """,
+    fix_kind=FixKind.PATCH,
     references=(
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html",
         "https://github.com/NVIDIA/k8s-device-plugin#with-cuda-time-slicing",

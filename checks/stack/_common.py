@@ -1,36 +1,17 @@
-"""What only the STACK checks share: where DaemonSets run on GPU nodes, how to remove or patch
-an object, and the clock-free evidence that a pod is broken. The ClusterPolicy, its operands
+"""What only the STACK checks share: how to remove or patch an object, and the clock-free evidence that a pod is broken. The ClusterPolicy, its operands
 and the device-plugin DaemonSets come from `gpu_audit.api`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpu_audit.api import (
     Resource,
-    Snapshot,
     as_list,
     as_mapping,
-    daemonset_runs_on,
-    gpu_nodes,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """One DaemonSet and the GPU nodes it runs on."""
-
-    daemonset: Resource
-    nodes: tuple[Resource, ...]
-
-
-def placements(daemonsets: Sequence[Resource], snapshot: Snapshot) -> tuple[Placement, ...]:
-    nodes = gpu_nodes(snapshot)
-    return tuple(
-        Placement(ds, tuple(n for n in nodes if daemonset_runs_on(ds, n))) for ds in daemonsets
-    )
 
 
 def helm_release(resource: Resource) -> str:

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from gpu_audit.api import (
     DEPLOY_PREFIX,
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -101,6 +102,15 @@ def _stuck_driver_pod(snapshot: Snapshot, node: Resource) -> str:
     """,
     remediation="""
         $command   # $subject: $summary
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # every GPU node the ClusterPolicy targets ships the driver (or the toolkit): turn it off
+        kubectl patch clusterpolicies.nvidia.com/<name> --type merge -p '{"spec":{"driver":{"enabled":false}}}'
+        kubectl patch clusterpolicies.nvidia.com/<name> --type merge -p '{"spec":{"toolkit":{"enabled":false}}}'
+        # only some of them do (mixed pools): opt those nodes out
+        kubectl label node <node> nvidia.com/gpu.deploy.driver=false --overwrite
+        kubectl label node <node> nvidia.com/gpu.deploy.container-toolkit=false --overwrite
     """,
     references=(
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/getting-started.html",

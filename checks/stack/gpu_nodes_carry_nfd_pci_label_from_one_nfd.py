@@ -3,6 +3,7 @@ from collections.abc import Iterator
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     ObjRef,
     Resource,
     Result,
@@ -87,6 +88,18 @@ def _is_nfd_worker(daemonset: Resource) -> bool:
     remediation="""
         # $subject: $summary
         $command
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # Node <node> has no feature.node.kubernetes.io/pci-10de.present label: restore vendor-only PCI
+        # labels in the NFD worker config, e.g. gpu-operator values
+        # node-feature-discovery.worker.config.sources.pci.deviceLabelFields=[vendor]
+        # (or deploy NFD: gpu-operator values nfd.enabled=true); until then:
+        kubectl label node <node> feature.node.kubernetes.io/pci-10de.present=true --overwrite
+        # a second NFD worker on the GPU nodes: keep one NFD deployment per cluster
+        helm upgrade <release> nvidia/gpu-operator -n <namespace> --reuse-values --set nfd.enabled=false   # NFD bundled with gpu-operator (or nvdp/nvidia-device-plugin)
+        helm uninstall <release> -n <namespace>          # a standalone NFD release
+        kubectl -n <namespace> delete daemonset <name>   # not Helm-managed
     """,
     references=(
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/getting-started.html",

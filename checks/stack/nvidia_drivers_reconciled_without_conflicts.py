@@ -3,6 +3,7 @@ from collections.abc import Iterator, Mapping
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -79,6 +80,22 @@ def _patch(name: str, body: str) -> str:
     remediation="""
         # $subject: $summary
         $command
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # NVIDIADriver objects that the ClusterPolicy ignores (state disabled):
+        kubectl patch clusterpolicies.nvidia.com/<cluster-policy> --type merge -p '{"spec":{"driver":{"useNvidiaDriverCRD":true}}}'
+        # useNvidiaDriverCRD without any NVIDIADriver: create the default one
+        helm upgrade gpu-operator nvidia/gpu-operator -n gpu-operator --reuse-values --set driver.nvidiaDriverCRD.deployDefaultCR=true
+        # a second default driver: unset it, then give it a nodeSelector disjoint from the others
+        kubectl patch nvidiadrivers.nvidia.com/<name> --type merge -p '{"spec":{"default":false}}'
+        # the default driver with a nodeSelector, which the API rejects:
+        kubectl patch nvidiadrivers.nvidia.com/<name> --type merge -p '{"spec":{"nodeSelector":null}}'
+        # two drivers that select the same GPU node: split them by GPU product (its selector plus the product)
+        kubectl patch nvidiadrivers.nvidia.com/<name> --type merge -p '{"spec":{"nodeSelector":{"nvidia.com/gpu.present":"true","nvidia.com/gpu.product":"<gpu-product>"}}}'
+        kubectl patch nvidiadrivers.nvidia.com/<other> --type merge -p '{"spec":{"default":true,"nodeSelector":null}}'   # when the other selects every GPU node: the catch-all becomes the default
+        # precompiled drivers with GPUDirect Storage, which they do not support:
+        kubectl patch nvidiadrivers.nvidia.com/<name> --type merge -p '{"spec":{"gds":{"enabled":false}}}'   # or recreate it with usePrecompiled: false (the field is immutable)
     """,
     references=(
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-driver-configuration.html",

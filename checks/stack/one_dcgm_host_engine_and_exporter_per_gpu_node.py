@@ -3,6 +3,7 @@ from dataclasses import dataclass
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     ObjRef,
     Resource,
     Result,
@@ -198,6 +199,19 @@ def _problems(here: list[Component]) -> list[str]:
         # $subject: $summary
         $command
         $alternative
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # a standalone DCGM exporter or host engine on GPU nodes that already run one: remove it
+        helm uninstall <release> -n <namespace>          # when Helm manages it
+        kubectl -n <namespace> delete daemonset <name>   # otherwise
+        # or keep this one and turn the operator's exporter (host engine: dcgm) off:
+        kubectl patch clusterpolicies.nvidia.com/<cluster-policy> --type merge -p '{"spec":{"dcgmExporter":{"enabled":false}}}'
+        # an exporter with an embedded host engine next to a running engine: connect to that one
+        kubectl -n <namespace> set env daemonset/<name> DCGM_REMOTE_HOSTENGINE_INFO=<engine-service>.<engine-namespace>.svc:5555   # localhost:5555 with hostNetwork
+        # copies on a node that no DaemonSet in the input explains: find them, and delete the copy
+        # that the active ClusterPolicy does not own
+        kubectl get daemonsets --all-namespaces -o wide | grep -i dcgm
     """,
     references=(
         "https://github.com/NVIDIA/dcgm-exporter/issues/7",

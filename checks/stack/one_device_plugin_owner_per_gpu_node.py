@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from gpu_audit.api import (
     DEPLOY_PREFIX,
     Category,
+    FixKind,
     ObjRef,
     Resource,
     Result,
@@ -69,6 +70,28 @@ class Owner:
         # Keep one plugin per node: remove this one (helm uninstall / kubectl delete), or
         # apply the patch below (merge the expressions into every existing term).
         $patch
+    """,
+    fix_kind=FixKind.PATCH,
+    remediation_generic="""
+        # Keep one plugin per node: remove the standalone DaemonSet <namespace>/<name> (helm uninstall /
+        # kubectl delete), or keep it off the nodes another plugin owns (merge the expressions into
+        # every existing term; each finding lists those that apply):
+        spec:
+          template:
+            spec:
+              affinity:
+                nodeAffinity:
+                  requiredDuringSchedulingIgnoredDuringExecution:
+                    nodeSelectorTerms:
+                      - matchExpressions:
+                          - {key: nvidia.com/gpu.deploy.device-plugin, operator: NotIn, values: ["true"]}   # the GPU Operator's plugin
+                          - {key: cloud.google.com/gke-accelerator, operator: DoesNotExist}                 # GKE's built-in plugin
+                          - {key: kubernetes.io/hostname, operator: NotIn, values: ["<node>"]}              # another plugin, Bottlerocket / EKS Auto Mode
+        ---
+        # Node <node> whose built-in plugin already owns it: opt it out of the GPU Operator's plugin
+        metadata:
+          labels:
+            nvidia.com/gpu.deploy.device-plugin: "false"
     """,
     references=(
         "https://github.com/NVIDIA/k8s-device-plugin/issues/255",

@@ -5,6 +5,7 @@ from typing import Any
 from gpu_audit.api import (
     DEPLOY_PREFIX,
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -146,6 +147,21 @@ def _counters(daemonset: Resource) -> tuple[int, dict[str, int]]:
     remediation="""
         # $subject: $summary
         $body
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # an operand DaemonSet not ready on GPU nodes: find the first failing layer on the node
+        kubectl -n <namespace> get pods -o wide --field-selector spec.nodeName=<node>
+        kubectl -n <namespace> describe pod <pod>
+        kubectl -n <namespace> logs <pod> -c <container> --previous
+        # no pod on GPU nodes whose taints it does not tolerate: a merge patch that keeps the
+        # existing tolerations (the list is replaced) and tolerates each taint, on the DaemonSet
+        # (spec.template.spec.tolerations) or, for GPU Operator operands, the ClusterPolicy:
+        #   spec:
+        #     daemonsets:
+        #       tolerations:
+        #         - {key: "<existing-key>", operator: "Exists", effect: "NoSchedule"}
+        #         - {key: "<taint-key>", operator: Exists, effect: <taint-effect>}
     """,
     references=(
         "https://github.com/NVIDIA/gpu-operator/issues/1374",

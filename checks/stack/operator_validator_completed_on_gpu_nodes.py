@@ -3,6 +3,7 @@ from collections.abc import Iterator
 from gpu_audit.api import (
     DEPLOY_PREFIX,
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -121,6 +122,18 @@ def _workload_failure(
         kubectl -n $ns logs $pod -c $container
         kubectl -n $ns describe pod $pod
         $hint
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # Node <node>: the first validation that fails names the broken layer
+        # (driver-validation, toolkit-validation, cuda-validation, plugin-validation)
+        kubectl -n <operator-namespace> logs <validator-pod> -c <layer>
+        kubectl -n <operator-namespace> describe pod <validator-pod>
+        # driver-validation: then check the driver pod:
+        #   kubectl -n <operator-namespace> get pods -l app=nvidia-driver-daemonset -o wide
+        # toolkit-validation on a host with its own toolkit:
+        #   kubectl patch clusterpolicies.nvidia.com/<cluster-policy> --type merge -p '{"spec":{"toolkit":{"enabled":false}}}'
+        # the others: fix the layer above, then the validator reruns
     """,
     references=(
         "https://github.com/NVIDIA/gpu-operator/blob/main/assets/state-operator-validation/0500_daemonset.yaml",

@@ -3,6 +3,7 @@ from collections.abc import Iterator
 from gpu_audit.api import (
     CLUSTER_POLICY,
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -47,6 +48,14 @@ def _failing_conditions(policy: Resource) -> str:
     """,
     remediation="""
         $command   # $summary
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # a duplicate ClusterPolicy the operator ignores: merge any settings you need into the
+        # reconciled policy first, then
+        kubectl delete clusterpolicies.nvidia.com/<name>
+        # the reconciled policy reports notReady: read status.conditions, then the failing operand's pods
+        kubectl describe clusterpolicies.nvidia.com/<name>
     """,
     references=(
         "https://github.com/NVIDIA/gpu-operator/blob/main/api/nvidia/v1/clusterpolicy_types.go",

@@ -6,6 +6,7 @@ from typing import Any
 from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
+    FixKind,
     PodTemplate,
     Result,
     Severity,
@@ -73,6 +74,16 @@ SHM = "/dev/shm"
             emptyDir:
               $medium_line
               sizeLimit: $suggested
+        # better for large models: a generic ephemeral volume or a shared ReadOnlyMany model PVC
+    """,
+    fix_kind=FixKind.PATCH,
+    remediation_generic="""
+        # <kind> <namespace>/<name>, volume <volume> mounted at <mount>
+        volumes:
+          - name: <volume>
+            emptyDir:
+              medium: Memory   # when it is memory-backed (/dev/shm); a disk-backed one keeps no medium
+              sizeLimit: 16Gi  # memory-backed; disk-backed (node ephemeral storage): 200Gi
         # better for large models: a generic ephemeral volume or a shared ReadOnlyMany model PVC
     """,
     references=(

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
+    FixKind,
     PodTemplate,
     Resource,
     Result,
@@ -14,6 +15,9 @@ from gpu_audit.api import (
     as_list,
     as_mapping,
     check,
+    event_note,
+    event_regarding,
+    event_time,
     failed,
     passed,
     pod_templates,
@@ -46,6 +50,7 @@ from ._common import claim_storage_class
     remediation="""
         kubectl -n $namespace describe persistentvolumeclaim $name
     """,
+    fix_kind=FixKind.COMMAND,
     references=(
         "https://kubernetes.io/docs/concepts/storage/persistent-volumes/#lifecycle-of-a-volume-and-claim",
         "https://kubernetes.io/docs/concepts/storage/storage-classes/#volume-binding-mode",
@@ -103,11 +108,13 @@ def _reason(snapshot: Snapshot, pvc: Resource, sc: Resource | None) -> str:
     events = [
         e
         for e in snapshot.in_namespace("Event", pvc.ref.namespace)
-        if as_mapping(e.raw.get("involvedObject")).get("name") == pvc.ref.name
-        and as_mapping(e.raw.get("involvedObject")).get("kind") == "PersistentVolumeClaim"
+        if event_regarding(e).get("name") == pvc.ref.name
+        and event_regarding(e).get("kind") == "PersistentVolumeClaim"
         and e.raw.get("reason") == "ProvisioningFailed"
     ]
     if events:
-        message = " ".join(str(events[-1].raw.get("message", "")).split())
+        # The newest one (ties: the last in the input): events are not listed in time order.
+        newest = sorted(events, key=event_time)[-1]
+        message = " ".join(event_note(newest).split())
         return f"ProvisioningFailed: {message[:200]}"
     return f"waiting for provisioner {sc.raw.get('provisioner', '')}"

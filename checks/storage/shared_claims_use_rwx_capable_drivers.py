@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -68,6 +69,7 @@ from ._common import RWX_FILESYSTEM, SINGLE_NODE, claim_driver
             requests:
               storage: $storage
     """,
+    fix_kind=FixKind.MANIFEST,
     references=(
         "https://kubernetes.io/docs/concepts/storage/persistent-volumes/#access-modes",
         "https://github.com/kubernetes-csi/docs/blob/master/book/src/drivers.md",

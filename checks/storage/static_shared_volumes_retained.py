@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -53,6 +54,7 @@ SHARED_FS_DRIVERS = frozenset(
     remediation="""
         kubectl patch pv $name -p '{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}'
     """,
+    fix_kind=FixKind.COMMAND,
     references=(
         "https://kubernetes.io/docs/concepts/storage/persistent-volumes/#reclaiming",
         "https://github.com/kubernetes-sigs/aws-fsx-csi-driver/blob/master/examples/kubernetes/static_provisioning/README.md",

@@ -5,6 +5,7 @@ from collections.abc import Iterator, Mapping
 
 from gpu_audit.api import (
     Category,
+    FixKind,
     Resource,
     Result,
     Severity,
@@ -86,6 +87,23 @@ Problem = tuple[str, Severity, tuple[str, ...]]
           name: $name
         provisioner: $provisioner
         parameters: $parameters$kept
+        EOF
+    """,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # StorageClass <name>: parameters that are not dynamic-provisioning parameters.
+        # StorageClass parameters are immutable: `replace --force` deletes the class and
+        # creates it again with only provisioning parameters (bound claims keep their volumes;
+        # an existing file system is mounted through a PersistentVolume instead; for
+        # throughput, KMS or backups choose a PERSISTENT deploymentType).
+        kubectl replace --force -f - <<'EOF'
+        apiVersion: storage.k8s.io/v1
+        kind: StorageClass
+        metadata:
+          name: <name>
+        provisioner: <provisioner>
+        parameters: {<the valid parameters>}   # FSx for Lustre: with subnetId and securityGroupIds
+        reclaimPolicy: <as-it-is>              # and volumeBindingMode, allowVolumeExpansion, mountOptions as they are
         EOF
     """,
     references=(

@@ -5,6 +5,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     PodTemplate,
     Result,
     Severity,
@@ -61,6 +62,7 @@ _DANGEROUS_CAPS = frozenset({"SYS_ADMIN", "ALL"})
               limits: {nvidia.com/gpu: 1}   # the device plugin injects exactly the allocated GPUs
         # Enforce it: kubectl label ns $namespace pod-security.kubernetes.io/enforce=baseline
     """,
+    fix_kind=FixKind.PATCH,
     references=(
         "https://github.com/NVIDIA/k8s-device-plugin/issues/336",
         "https://github.com/NVIDIA/k8s-device-plugin/issues/161",

@@ -4,6 +4,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     Result,
     Severity,
     Snapshot,
@@ -43,6 +44,7 @@ from gpu_audit.api import (
               requests: {memory: 64Gi}
               limits: {memory: 64Gi}   # with cpu request == limit too, the pod gets Guaranteed QoS
     """,
+    fix_kind=FixKind.PATCH,
     references=(
         "https://kubernetes.io/docs/tasks/configure-pod-container/assign-memory-resource/",
         "https://kubernetes.io/docs/concepts/policy/limit-range/",

@@ -5,12 +5,14 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     Result,
     Severity,
     Snapshot,
     check,
     failed,
     image_repository,
+    image_tag,
     is_gpu_stack_image,
     passed,
     pod_templates,
@@ -56,6 +58,7 @@ _FLOATING = frozenset(
             image: $repository:$example   # a version tag, ideally @sha256:<digest>
         # the digest a running pod resolved: kubectl get pods -n $namespace -o jsonpath='{..imageID}'
     """,
+    fix_kind=FixKind.PATCH,
     references=(
         "https://github.com/JuliaContainerization/SimpleContainerGenerator.jl/pull/95",
         "https://github.com/lightgbm-org/LightGBM/issues/6520",
@@ -73,18 +76,12 @@ def gpu_images_pinned_to_a_version(snapshot: Snapshot) -> Iterator[Result]:
                 yield _judge(container)
 
 
-def _tag(image: str) -> str | None:
-    ref = image.split("@", 1)[0]
-    _, sep, tag = ref.rpartition(":")
-    return tag if sep and "/" not in tag else None
-
-
 def _judge(container: Container) -> Result:
     image = container.image
     path = f"{container.path}.image"
     if "@sha256:" in image:
         return passed(container, f"pins {image} by digest", path=path)
-    tag = _tag(image)
+    tag = image_tag(image) or None
     repository = image_repository(image)
     fix = {
         "section": "initContainers" if container.init else "containers",

@@ -4,6 +4,7 @@ from decimal import Decimal
 from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
+    FixKind,
     QuantityError,
     Result,
     Severity,
@@ -48,6 +49,7 @@ from gpu_audit.api import (
               limits:
                 $resource: $suggested   # a whole number, equal to the request
     """,
+    fix_kind=FixKind.PATCH,
     references=(
         "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",
         "https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/#extended-resources",

@@ -5,6 +5,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     PodTemplate,
     Result,
     Severity,
@@ -50,6 +51,7 @@ from gpu_audit.api import (
             resources:
               limits: {$resource: $wanted}   # what the app containers use today
     """,
+    fix_kind=FixKind.PATCH,
     references=(
         "https://kubernetes.io/docs/concepts/workloads/pods/init-containers/#resource-sharing-within-containers",
         "https://github.com/kubernetes/kubernetes/pull/56818",

@@ -4,12 +4,14 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     Result,
     Severity,
     Snapshot,
     as_list,
     as_mapping,
     check,
+    containers,
     failed,
     gpu_nodes,
     is_gpu_stack_node_agent,
@@ -71,6 +73,25 @@ _VOID = """\
         $section:
           - name: $container
         $snippet
+        # Cluster-wide, GPU Operator Helm values (unprivileged containers then ignore the variable):
+        # toolkit:
+        #   env:
+        #     - {name: ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED, value: "false"}
+        #     - {name: ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS, value: "true"}
+        # devicePlugin:
+        #   env:
+        #     - {name: DEVICE_LIST_STRATEGY, value: volume-mounts}
+    """,
+    fix_kind=FixKind.PATCH,
+    remediation_generic="""
+        # <kind> <namespace>/<name>, container <container> sets NVIDIA_VISIBLE_DEVICES without a GPU request
+        containers:
+          - name: <container>
+            env:
+              - name: NVIDIA_VISIBLE_DEVICES
+                value: void   # or delete it and request the GPU: resources.limits.nvidia.com/gpu: 1
+        # a container that requests GPUs and hard-codes it: delete the entry, the device plugin sets
+        # it for the allocated GPUs: env: [{name: NVIDIA_VISIBLE_DEVICES, $patch: delete}]
         # Cluster-wide, GPU Operator Helm values (unprivileged containers then ignore the variable):
         # toolkit:
         #   env:
@@ -161,8 +182,7 @@ def _component_envs(snapshot: Snapshot) -> Iterator[list[object]]:
         for component in ("toolkit", "devicePlugin"):
             yield as_list(as_mapping(policy.spec.get(component)).get("env"))
     for daemonset in snapshot.of("DaemonSet"):
-        spec = as_mapping(as_mapping(daemonset.spec.get("template")).get("spec"))
-        for raw in map(as_mapping, as_list(spec.get("containers"))):
+        for raw in containers(daemonset):
             yield as_list(raw.get("env"))
 
 

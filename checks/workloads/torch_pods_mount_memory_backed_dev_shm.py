@@ -6,6 +6,7 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     Container,
+    FixKind,
     PodTemplate,
     Result,
     Severity,
@@ -74,6 +75,7 @@ _DISTRIBUTED_KINDS = frozenset({"PyTorchJob.kubeflow.org", "MPIJob.kubeflow.org"
               - name: $volume
                 mountPath: /dev/shm
     """,
+    fix_kind=FixKind.PATCH,
     references=(
         "https://kubernetes.io/docs/concepts/storage/volumes/#emptydir",
         "https://github.com/NVIDIA/nccl/issues/525",

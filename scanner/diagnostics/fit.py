@@ -12,15 +12,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from gpu_audit.k8s import (
-    add_quantities,
+from gpu_audit.k8s.gpu_resources import is_gpu_resource
+from gpu_audit.k8s.objects import (
     as_list,
     as_mapping,
+)
+from gpu_audit.k8s.pods import (
     container_requests,
     effective_pod_request,
-    is_gpu_resource,
-    quantities,
     templates_of,
+)
+from gpu_audit.k8s.quantities import (
+    add_quantities,
+    quantities,
 )
 from gpu_audit.model import Resource
 from gpu_audit.snapshot import Snapshot

@@ -24,12 +24,14 @@ from gpu_audit.diagnostics.fit import (
     is_finished,
     node_name_of,
 )
-from gpu_audit.k8s import (
+from gpu_audit.k8s.gpu_hosts import is_gpu_node
+from gpu_audit.k8s.gpu_resources import (
     NVIDIA_GPU,
     NVIDIA_MIG_PREFIX,
-    add_quantities,
-    is_gpu_node,
     is_gpu_resource,
+)
+from gpu_audit.k8s.quantities import add_quantities
+from gpu_audit.k8s.scheduling import (
     node_is_ready,
     node_is_schedulable,
 )

@@ -37,20 +37,25 @@ from gpu_audit.diagnostics.predicates import (
     spread_constraints,
 )
 from gpu_audit.errors import InputError
-from gpu_audit.k8s import (
+from gpu_audit.k8s.events import event_count, event_note, event_regarding, event_time
+from gpu_audit.k8s.gpu_hosts import is_gpu_node
+from gpu_audit.k8s.gpu_resources import is_extended_resource
+from gpu_audit.k8s.objects import (
+    as_list,
+    as_mapping,
+    str_map,
+)
+from gpu_audit.k8s.pods import (
     WORKLOAD_TYPES,
     Container,
     PodTemplate,
+    templates_of,
+)
+from gpu_audit.k8s.quantities import (
     QuantityError,
     add_quantities,
-    as_list,
-    as_mapping,
-    is_extended_resource,
-    is_gpu_node,
     parse_quantity,
     quantities,
-    str_map,
-    templates_of,
 )
 from gpu_audit.model import ObjRef, Resource
 from gpu_audit.snapshot import Snapshot
@@ -433,30 +438,18 @@ def _compare(
     return SchedulerMessage(source, message, count, not differences, tuple(differences))
 
 
-def _event_time(event: Resource) -> str:
-    raw = event.raw
-    series = as_mapping(raw.get("series"))
-    return str(
-        series.get("lastObservedTime")
-        or raw.get("lastTimestamp")
-        or raw.get("eventTime")
-        or event.metadata.get("creationTimestamp")
-        or ""
-    )
-
-
 def _failed_scheduling_events(snapshot: Snapshot, pod: Resource) -> list[Resource]:
     """core/v1 Events (involvedObject, message) and events.k8s.io/v1 (regarding, note)."""
     out = []
     for event in snapshot.in_namespace("Event", pod.ref.namespace):
-        about = as_mapping(event.raw.get("involvedObject") or event.raw.get("regarding"))
+        about = event_regarding(event)
         if (
             about.get("kind") == "Pod"
             and about.get("name") == pod.ref.name
             and event.raw.get("reason") == "FailedScheduling"
         ):
             out.append(event)
-    return sorted(out, key=lambda e: (_event_time(e), e.ref.name))
+    return sorted(out, key=lambda e: (event_time(e), e.ref.name))
 
 
 def scheduler_messages(
@@ -468,20 +461,10 @@ def scheduler_messages(
             message = str(cond.get("message") or "")
             if message:
                 out.append(_compare("condition PodScheduled", message, 1, total, histogram))
-    for event in _failed_scheduling_events(snapshot, pod):
-        raw = event.raw
-        message = str(raw.get("message") or raw.get("note") or "")
-        series = as_mapping(raw.get("series"))
-        count = raw.get("count") or series.get("count") or 1
-        out.append(
-            _compare(
-                f"event {event.ref.name}",
-                message,
-                count if isinstance(count, int) else 1,
-                total,
-                histogram,
-            )
-        )
+    out.extend(
+        _compare(f"event {e.ref.name}", event_note(e), event_count(e), total, histogram)
+        for e in _failed_scheduling_events(snapshot, pod)
+    )
     return tuple(out)
 
 

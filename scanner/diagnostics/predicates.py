@@ -20,21 +20,27 @@ from decimal import Decimal
 from typing import Any
 
 from gpu_audit.diagnostics.fit import ZERO, ClusterUsage, NodeUsage, is_bound, node_name_of
-from gpu_audit.k8s import (
+from gpu_audit.k8s.gpu_resources import (
     NVIDIA_GPU,
     NVIDIA_GPU_SHARED,
     NVIDIA_MIG_PREFIX,
-    Taint,
+    is_gpu_resource,
+)
+from gpu_audit.k8s.objects import (
     as_list,
     as_mapping,
-    format_quantity,
-    is_gpu_resource,
-    label_selector_matches,
+    str_map,
+)
+from gpu_audit.k8s.quantities import format_quantity
+from gpu_audit.k8s.scheduling import (
+    Taint,
     node_affinity_matches,
     node_taints,
-    select,
-    str_map,
     tolerates,
+)
+from gpu_audit.k8s.selectors import (
+    label_selector_matches,
+    select,
 )
 from gpu_audit.model import Resource
 from gpu_audit.snapshot import Snapshot

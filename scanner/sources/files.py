@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpu_audit.errors import InputError
-from gpu_audit.kinds import KNOWN_KINDS, resource_type
+from gpu_audit.k8s.kinds import (
+    KNOWN_KINDS,
+    resource_type,
+)
 from gpu_audit.model import ObjRef, Resource, SourceLocation
 from gpu_audit.redact import sanitize
 from gpu_audit.snapshot import CollectionGap, Snapshot, SourceInfo

@@ -16,7 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_audit.kinds import BUILTIN_GROUPS, KNOWN_KINDS, KindInfo
+from gpu_audit.k8s.kinds import (
+    BUILTIN_GROUPS,
+    KNOWN_KINDS,
+    KindInfo,
+)
 from gpu_audit.model import ObjRef, Resource, SourceLocation
 from gpu_audit.redact import sanitize
 from gpu_audit.snapshot import (

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from gpu_audit.cli import main
 from gpu_audit.report import SCHEMA_FILE
+from tests.builders import GPU, container, gpu_node, pod, pod_spec
 from tests.diagnostics.conftest import CASES
 
 
@@ -93,17 +94,7 @@ def test_scan_report_has_a_valid_diagnostics_section(runner: CliRunner) -> None:
     assert "Pending GPU pods (1):" in table and "GPU inventory" in table
 
 
-def _node(name: str, gpus: int, cordoned: bool = False) -> dict[str, object]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}},
-        "spec": {"unschedulable": cordoned},
-        "status": {
-            "allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": gpus},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+NODE_SIZE = {"cpu": "8", "memory": "64Gi", "pods": "110"}
 
 
 def test_scan_reports_list_the_nearest_nodes_and_why_pending_lists_all(
@@ -112,20 +103,16 @@ def test_scan_reports_list_the_nearest_nodes_and_why_pending_lists_all(
     """A report of pending pods x nodes would not scale to 5,000 nodes: the scan keeps the
     nodes nearest to taking the pod and counts the rest; why-pending shows every node."""
     # 15 cordoned nodes fail two predicates, 16 fail only for want of GPUs.
-    nodes = [_node(f"gpu-{i:02}", 1, cordoned=i < 15) for i in range(30)] + [_node("gpu-big", 4)]
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "trainer", "namespace": "ml"},
-        "spec": {
-            "containers": [
-                {"name": "t", "image": "x:1", "resources": {"limits": {"nvidia.com/gpu": 8}}}
-            ]
-        },
-        "status": {"phase": "Pending"},
-    }
+    nodes = [
+        gpu_node(f"gpu-{i:02}", allocatable={**NODE_SIZE, GPU: 1}, ready=True, unschedulable=i < 15)
+        for i in range(30)
+    ]
+    nodes.append(
+        gpu_node("gpu-big", allocatable={**NODE_SIZE, GPU: 4}, ready=True, unschedulable=False)
+    )
+    trainer = pod("trainer", pod_spec(container("x:1", name="t", gpus=8)), phase="Pending")
     dump = tmp_path / "cluster.json"
-    dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [*nodes, pod]}))
+    dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [*nodes, trainer]}))
     report = json.loads(
         runner.invoke(main, ["scan", "--from-file", str(dump), "-o", "json"]).stdout
     )

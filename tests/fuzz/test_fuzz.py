@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 from gpu_audit.engine import run_checks
 from gpu_audit.errors import InputError
-from gpu_audit.exemptions import apply_exemptions
 from gpu_audit.model import Check, CheckStatus
+from gpu_audit.postscan.exemptions import apply_exemptions
 from gpu_audit.registry import load_checks
 from gpu_audit.report import build_report
 from gpu_audit.reports import RENDERERS
@@ -86,7 +86,13 @@ def checks() -> dict[str, Check]:
 
 @cache
 def fixture_files() -> tuple[Path, ...]:
-    return tuple(sorted(p for p in FIXTURES.rglob("*") if p.suffix in (".yaml", ".yml")))
+    return tuple(
+        sorted(
+            p
+            for p in FIXTURES.rglob("*")
+            if p.suffix in (".yaml", ".yml") and p.name != "expected.yaml"
+        )
+    )
 
 
 @cache

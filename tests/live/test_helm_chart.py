@@ -23,7 +23,7 @@ import yaml
 from click.testing import CliRunner
 
 from gpu_audit.cli import main
-from gpu_audit.kinds import KNOWN_KINDS
+from gpu_audit.k8s.kinds import KNOWN_KINDS
 from gpu_audit.model import Category
 from gpu_audit.rbac import read_rules, scan_types
 from gpu_audit.registry import load_checks, select_checks

@@ -142,6 +142,22 @@ def test_bad_category_and_id_mismatch(tmp_path: Path) -> None:
         ({"require": {"path": "$.a", "exists": True, "fix": {"a-b": "x"}}}, "require.fix:"),
         ({"remediation": "set $value"}, "remediation: uses $value, which the test of $.spec"),
         ({"remediation": "costs $5"}, "remediation: is not a valid template"),
+        ({"fix_kind": "yaml"}, "fix_kind: unknown fix kind 'yaml' (expected one of patch,"),
+        ({"fix_kind": 3}, "fix_kind: must be one of patch, command, manifest, procedure"),
+        ({"remediation_generic": ["x"]}, "remediation_generic: must be a string"),
+        (
+            {"remediation": "# $kind $name\nkubectl $namespace"},
+            "remediation_generic: check ACME-STACK-001: remediation_generic is required",
+        ),
+        (
+            {"remediation_generic": "kubectl -n $namespace patch daemonset $name"},
+            "remediation_generic: check ACME-STACK-001: remediation_generic uses $name: "
+            "write placeholders as <name>",
+        ),
+        (
+            {"remediation_generic": "# <kind> <name>\n<command>"},
+            "remediation_generic: check ACME-STACK-001: remediation_generic is only placeholders",
+        ),
     ],
 )
 def test_other_mistakes_name_their_field(
@@ -405,6 +421,7 @@ def test_the_failing_test_gives_its_fix_values_to_the_remediation(tmp_path: Path
             ]
         },
         remediation="# $section/$container: $want",
+        remediation_generic="# <section>/<container>: an image\nimage: <image>",
     )
     check = load_check_file(write(tmp_path / "checks", "c.yaml", content))
     run = run_check(check, snapshot_of(DAEMONSETS, tmp_path))

@@ -9,11 +9,16 @@ from typing import Any
 
 import pytest
 
-from gpu_audit.diff import attach_baseline, check_comparable, compare, new_at_or_above
 from gpu_audit.engine import run_checks
 from gpu_audit.errors import InputError
-from gpu_audit.exemptions import apply_exemptions
 from gpu_audit.model import Severity
+from gpu_audit.postscan.diff import (
+    baseline_section,
+    check_comparable,
+    compare,
+    new_at_or_above,
+)
+from gpu_audit.postscan.exemptions import apply_exemptions
 from gpu_audit.registry import load_checks
 from gpu_audit.report import Document, build_report, dumps, fingerprint, fingerprints
 from gpu_audit.sources.files import load_files
@@ -112,9 +117,8 @@ def test_findings_of_a_check_that_did_not_run_are_not_rechecked(tmp_path: Path) 
 def test_the_baseline_section_names_the_old_report(tmp_path: Path) -> None:
     old = report(tmp_path, job("a"))
     new = report(tmp_path, job("a"), job("b"))
-    attached = attach_baseline(new, old, "old.json")
+    baseline = baseline_section(old, "old.json", new)
     assert new["baseline"] is None  # the input is not changed
-    baseline = attached["baseline"]
     assert baseline["file"] == "old.json"
     assert baseline["overall"] == old["score"]["overall"]
     assert baseline["grade"] == old["score"]["grade"]

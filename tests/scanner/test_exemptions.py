@@ -10,8 +10,13 @@ import pytest
 
 from gpu_audit.engine import CheckRun, run_checks
 from gpu_audit.errors import InputError
-from gpu_audit.exemptions import ObjectMatch, apply_exemptions, evaluation_date, load_exemptions
 from gpu_audit.model import CheckStatus, ObjRef
+from gpu_audit.postscan.exemptions import (
+    ObjectMatch,
+    apply_exemptions,
+    evaluation_date,
+    load_exemptions,
+)
 from gpu_audit.registry import load_checks
 from gpu_audit.report import Document, build_report
 from gpu_audit.scoring import namespace_scores

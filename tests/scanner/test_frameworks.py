@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from gpu_audit.cli import main
 from gpu_audit.errors import InputError
-from gpu_audit.frameworks import (
+from gpu_audit.postscan.frameworks import (
     FRAMEWORK_DIR,
     compliance_section,
     control_verdict,
@@ -122,10 +122,11 @@ def test_eks_and_nvidia_controls_cite_their_publishers() -> None:
 
 def test_mapping_files_ship_as_package_data() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    data = config["tool"]["setuptools"]["package-data"]["gpu_audit"]
+    data = config["tool"]["setuptools"]["package-data"]["gpu_audit.postscan"]
     pattern = f"{FRAMEWORK_DIR.name}/*.yaml"
     assert pattern in data
-    assert sorted(FRAMEWORK_DIR.glob("*.yaml")) == sorted((ROOT / "scanner").glob(pattern))
+    shipped = (ROOT / "scanner" / "postscan").glob(pattern)
+    assert sorted(FRAMEWORK_DIR.glob("*.yaml")) == sorted(shipped)
 
 
 def test_docs_frameworks_md_is_generated_from_the_mappings() -> None:

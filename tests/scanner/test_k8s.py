@@ -5,18 +5,22 @@ from typing import Any
 
 import pytest
 
-from gpu_audit.k8s import (
+from gpu_audit.k8s.gpu_hosts import is_gpu_node
+from gpu_audit.k8s.pods import pod_templates
+from gpu_audit.k8s.quantities import (
     QuantityError,
-    Taint,
-    is_gpu_node,
-    label_selector_matches,
-    node_affinity_matches,
     parse_quantity,
-    pod_templates,
+)
+from gpu_audit.k8s.scheduling import (
+    Taint,
+    node_affinity_matches,
     schedules_on,
-    select,
     tolerates,
     untolerated_taints,
+)
+from gpu_audit.k8s.selectors import (
+    label_selector_matches,
+    select,
 )
 from gpu_audit.model import ObjRef, Resource, SourceLocation
 from gpu_audit.snapshot import Snapshot

@@ -1,0 +1,106 @@
+"""Taints, tolerations and node affinity, evaluated exactly as the scheduler does."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpu_audit.k8s.objects import as_list, as_mapping
+from gpu_audit.k8s.selectors import expression_matches, map_selector_matches
+from gpu_audit.model import Resource
+
+# --------------------------------------------------------------------------- taints and nodes
+
+SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        )
+
+
+def node_taints(node: Resource) -> tuple[Taint, ...]:
+    return tuple(
+        Taint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+        for t in map(as_mapping, as_list(node.spec.get("taints")))
+    )
+
+
+def tolerates(tolerations: Sequence[Any], taint: Taint) -> bool:
+    """The scheduler's ToleratesTaint: empty key + Exists matches every taint, an empty
+    effect matches every effect, operator defaults to Equal."""
+    for raw in tolerations:
+        tol = as_mapping(raw)
+        effect = str(tol.get("effect") or "")
+        if effect and effect != taint.effect:
+            continue
+        key = str(tol.get("key") or "")
+        operator = str(tol.get("operator") or "Equal")
+        if operator == "Exists":
+            if not key or key == taint.key:
+                return True
+        elif key == taint.key and str(tol.get("value") or "") == taint.value:
+            return True
+    return False
+
+
+def untolerated_taints(pod_spec: Mapping[str, Any], node: Resource) -> tuple[Taint, ...]:
+    tolerations = as_list(pod_spec.get("tolerations"))
+    return tuple(
+        t
+        for t in node_taints(node)
+        if t.effect in SCHEDULING_EFFECTS and not tolerates(tolerations, t)
+    )
+
+
+def _node_selector_term_matches(term: Mapping[str, Any], node: Resource) -> bool:
+    expressions = as_list(term.get("matchExpressions"))
+    fields = as_list(term.get("matchFields"))
+    if not expressions and not fields:
+        return False  # an empty term matches no objects
+    labels = node.labels
+    if not all(expression_matches(as_mapping(e), labels) for e in expressions):
+        return False
+    name_labels = {"metadata.name": node.ref.name}
+    return all(expression_matches(as_mapping(f), name_labels) for f in fields)
+
+
+def node_affinity_matches(pod_spec: Mapping[str, Any], node: Resource) -> bool:
+    """nodeSelector AND requiredDuringSchedulingIgnoredDuringExecution (terms ORed)."""
+    if not map_selector_matches(pod_spec.get("nodeSelector"), node.labels):
+        return False
+    required = as_mapping(
+        as_mapping(as_mapping(pod_spec.get("affinity")).get("nodeAffinity")).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+    )
+    if not required:
+        return True
+    terms = [as_mapping(t) for t in as_list(required.get("nodeSelectorTerms"))]
+    return any(_node_selector_term_matches(t, node) for t in terms)
+
+
+def node_is_schedulable(node: Resource) -> bool:
+    return node.spec.get("unschedulable") is not True
+
+
+def node_is_ready(node: Resource) -> bool | None:
+    """True/False from the Ready condition; None when the object carries no status."""
+    for cond in map(as_mapping, as_list(node.status.get("conditions"))):
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return None
+
+
+def schedules_on(pod_spec: Mapping[str, Any], node: Resource) -> bool:
+    """Whether the node passes the pod's placement rules (selectors, affinity, taints),
+    ignoring resource fit."""
+    return node_affinity_matches(pod_spec, node) and not untolerated_taints(pod_spec, node)

@@ -68,6 +68,7 @@ quality: install
 docs: install
 	$(BIN)/gpu-audit checks docs > docs/checks.md
 	$(BIN)/gpu-audit checks api-docs > docs/plugin-api.md
+	$(BIN)/gpu-audit checks kinds > docs/kinds.md
 	$(BIN)/gpu-audit frameworks docs > docs/frameworks.md
 	$(BIN)/gpu-audit rbac --chart-index > deploy/helm/gpu-audit/files/read-access.yaml
 

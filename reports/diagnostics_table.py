@@ -1,7 +1,9 @@
 """Terminal rendering of the diagnostics section: the GPU inventory and the Pending explanations.
 
 Reads only the JSON-shaped dicts of the report's `diagnostics` section (or of `gpu-audit
-inventory --format json` / `why-pending --format json`, which have the same shape).
+inventory --format json` / `why-pending --format json`, which have the same shape). Names,
+labels and the scheduler's messages come from the cluster: each goes through
+gpu_audit.reports.terminal before any layout is added.
 """
 
 from __future__ import annotations
@@ -9,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tabulate import tabulate
+from gpu_audit.reports.terminal import block, cell, table
 
 MAX_NODE_ROWS = 30
+# NODES, READY, CORDONED and CAPACITY to HELD are numbers; the other columns stay as written.
+_INVENTORY_NUMBERS = (2, 3, 4, 8, 9, 10, 11, 12)
 _FIT_SIZES = ("1", "2", "4", "8")
 
 
@@ -24,13 +28,13 @@ def _mode(pool: Mapping[str, Any]) -> str:
     if sharing["mode"] in ("", "none"):
         return "none"
     replicas = f" x{sharing['replicas']}" if sharing["replicas"] else ""
-    return f"{sharing['mode']}{replicas}"
+    return cell(f"{sharing['mode']}{replicas}")
 
 
 def _mig(pool: Mapping[str, Any]) -> str:
     mig = pool["mig"]
     profiles = ", ".join(f"{name} x{count}" for name, count in sorted(mig["profiles"].items()))
-    return f"{mig['strategy']}: {profiles}" if profiles else mig["strategy"]
+    return cell(f"{mig['strategy']}: {profiles}" if profiles else mig["strategy"])
 
 
 def render_inventory(inventory: Mapping[str, Any]) -> str:
@@ -54,8 +58,8 @@ def render_inventory(inventory: Mapping[str, Any]) -> str:
     rows: list[list[Any]] = []
     for pool in inventory["pools"]:
         head = [
-            pool["pool"],
-            pool["product"],
+            cell(pool["pool"]),
+            cell(pool["product"]),
             len(pool["nodes"]),
             pool["ready"],
             pool["cordoned"],
@@ -70,7 +74,7 @@ def render_inventory(inventory: Mapping[str, Any]) -> str:
     )
     lines = ["GPU inventory", ""]
     if rows:
-        lines.append(tabulate(rows, headers=headers, tablefmt="simple"))
+        lines.append(table(rows, headers, numbers=_INVENTORY_NUMBERS))
     else:
         lines.append("No GPU nodes in the input.")
     lines += [
@@ -82,14 +86,14 @@ def render_inventory(inventory: Mapping[str, Any]) -> str:
     if inventory["finished_gpu_pods"]:
         lines.append(
             "Succeeded/Failed pods that requested GPUs (they hold none): "
-            + ", ".join(inventory["finished_gpu_pods"])
+            + cell(", ".join(inventory["finished_gpu_pods"]))
         )
     return "\n".join(lines) + "\n"
 
 
 def _counts_row(res: Mapping[str, Any]) -> list[Any]:
     return [
-        res["resource"],
+        cell(res["resource"]),
         res["capacity"],
         res["allocatable"],
         res["requested"],
@@ -123,8 +127,8 @@ def _message_line(message: Mapping[str, Any]) -> str:
     elif message["agrees"]:
         verdict = "agrees with the evaluation above"
     else:
-        verdict = "DISAGREES: " + "; ".join(message["differences"])
-    return f"  {message['source']}{count}: {message['message']}\n    -> {verdict}"
+        verdict = "DISAGREES: " + cell("; ".join(message["differences"]))
+    return f"  {cell(message['source'])}{count}: {cell(message['message'])}\n    -> {verdict}"
 
 
 def _node_rows(nodes: Sequence[Mapping[str, Any]]) -> list[list[str]]:
@@ -133,10 +137,10 @@ def _node_rows(nodes: Sequence[Mapping[str, Any]]) -> list[list[str]]:
         failed = [p for p in node["predicates"] if not p["passed"]]
         rows.append(
             [
-                node["node"],
+                cell(node["node"]),
                 "yes" if node["gpu_node"] else "no",
-                "FITS" if node["fits"] else ", ".join(node["scheduler_reasons"]),
-                "; ".join(f"{p['predicate']}: {p['detail']}" for p in failed if p["detail"]),
+                "FITS" if node["fits"] else cell(", ".join(node["scheduler_reasons"])),
+                cell("; ".join(f"{p['predicate']}: {p['detail']}" for p in failed if p["detail"])),
             ]
         )
     return rows
@@ -154,35 +158,30 @@ def render_explanation(explanation: Mapping[str, Any]) -> str:
         f"{name} {_amount(name, value)}" for name, value in explanation["request"].items()
     )
     lines = [
-        f"{title}, scheduler {explanation['scheduler']}",
-        f"  requests: {request or 'nothing'}",
-        f"  {explanation['summary']}",
+        cell(f"{title}, scheduler {explanation['scheduler']}"),
+        f"  requests: {cell(request or 'nothing')}",
+        f"  {cell(explanation['summary'])}",
     ]
     lines.extend(_message_line(m) for m in explanation["scheduler_messages"])
     for check in explanation["pod_checks"]:
         mark = "ok  " if check["passed"] else "FAIL"
-        lines.append(f"  [{mark}] {check['predicate']}: {check['detail']}")
+        lines.append(f"  [{mark}] {cell(check['predicate'])}: {cell(check['detail'])}")
     rows = _node_rows(explanation["nodes"])
     if rows:
-        table = tabulate(
-            rows,
-            headers=["NODE", "GPU", "SCHEDULER SAYS", "WHY"],
-            tablefmt="simple",
-            maxcolwidths=[None, None, 50, 70],
-        )
-        lines += ["", _indent(table, "  ")]
+        nodes = table(rows, ["NODE", "GPU", "SCHEDULER SAYS", "WHY"], [None, None, 50, 70])
+        lines += ["", _indent(nodes, "  ")]
         hidden = explanation.get("nodes_evaluated", len(explanation["nodes"])) - len(rows)
         if hidden > 0:
             where = (
-                f"gpu-audit why-pending {explanation['pod']['namespace']}/"
-                f"{explanation['pod']['name']} lists them"
+                f"gpu-audit why-pending {cell(explanation['pod']['namespace'])}/"
+                f"{cell(explanation['pod']['name'])} lists them"
                 if "nodes_evaluated" in explanation
                 else "see --format json"
             )
             lines.append(f"  ... and {hidden} more nodes ({where})")
     if explanation["fixes"]:
         lines += ["", "  Fix:"]
-        lines += [_indent(fix) for fix in explanation["fixes"]]
+        lines += [_indent(block(fix)) for fix in explanation["fixes"]]
     return "\n".join(lines) + "\n"
 
 

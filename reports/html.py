@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpu_audit.reports.base import Document, Renderer
+from gpu_audit.reports.base import Document, Renderer, related_groups
 from gpu_audit.reports.table import SEVERITIES
 
 CLUSTER_SCOPED = "(cluster-scoped)"
@@ -138,6 +138,7 @@ def render_html(document: Document, color: bool = False) -> str:
     env.filters["http_url"] = http_url
     env.filters["number"] = number
     env.globals["usage_segments"] = usage_segments
+    env.globals["related_groups"] = related_groups
     # The page's own assets, inserted verbatim: they are files of this package, not cluster data.
     css = loader.get_source(env, "report.css")[0]
     js = loader.get_source(env, "report.js")[0]

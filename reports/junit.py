@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
-from gpu_audit.reports.base import Document, Renderer
+from gpu_audit.reports.base import Document, Renderer, related_lines
 
 # Characters XML 1.0 cannot hold even escaped; a cluster string may carry them.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -38,7 +38,10 @@ def _failure(case: ET.Element, finding: Mapping[str, Any]) -> None:
     failure = ET.SubElement(
         case, "failure", {"message": finding["message"], "type": finding["severity"]}
     )
-    failure.text = f"{finding['message']}\n\nRemediation:\n{finding['remediation']}\n"
+    # The related objects (schema 1.2), one line per role, between message and remediation.
+    lines = related_lines(finding)
+    related = "\n\n" + "\n".join(lines) if lines else ""
+    failure.text = f"{finding['message']}{related}\n\nRemediation:\n{finding['remediation']}\n"
 
 
 def _check_cases(

@@ -11,6 +11,7 @@ the report was stamped) has no sample, never a made-up 0.
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +80,18 @@ def build_families(document: Document) -> list[Family]:
     by_category = Family("category_findings", "Findings that count (not exempted), by category.")
     for category, count in sorted(summary.get("by_category", {}).items()):
         by_category.add(count, category=category)
+    related = Family(
+        "related_objects",
+        "Entries of related[] (schema 1.2) of the findings that count, by the finding's severity: "
+        "the victims and other objects one finding on the object to change stands for.",
+    )
+    findings = document["findings"]
+    if all("related" in f for f in findings):  # reports before schema 1.2 hold no such count
+        per_severity: Counter[str] = Counter()
+        for finding in findings:
+            per_severity[finding["severity"]] += len(finding["related"])
+        for severity in sorted(summary["by_severity"]):
+            related.add(per_severity.get(severity, 0), severity=severity)
     exempted = Family("exempted_findings", "Failed results accepted by an exemption.")
     exempted.add(summary.get("exempted"))
     per_check = Family("check_findings", "Findings that count (not exempted), by check.")
@@ -102,7 +115,7 @@ def build_families(document: Document) -> list[Family]:
     )
     if document["complete"]:
         last.add(_epoch_seconds(document["generated_at"]))
-    families = [overall, grade, categories, by_severity, by_category, exempted, per_check]
+    families = [overall, grade, categories, by_severity, by_category, related, exempted, per_check]
     return [*families, status, checks, ratio, complete, duration, last]
 
 

@@ -21,7 +21,13 @@ from typing import Any
 from urllib.parse import quote
 
 from gpu_audit.report import fingerprints
-from gpu_audit.reports.base import Document, Renderer
+from gpu_audit.reports.base import (
+    RELATED_LABELS,
+    Document,
+    Renderer,
+    object_name,
+    related_lines,
+)
 
 SARIF_SCHEMA = (
     "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -122,6 +128,25 @@ def _location(finding: Mapping[str, Any]) -> dict[str, Any]:
     return location
 
 
+def _related_location(index: int, item: Mapping[str, Any]) -> dict[str, Any]:
+    """A related object (schema 1.2) as a related location: logical only, since the report
+    names the object but not where it was read from; its role is the message and a property."""
+    role = str(item["role"])
+    return {
+        "id": index,
+        "message": {"text": f"{RELATED_LABELS.get(role, role)}: {object_name(item)}"},
+        "logicalLocations": [
+            {
+                "name": item["name"],
+                "fullyQualifiedName": _qualified_name(item),
+                "kind": "resource",
+                "properties": {"kind": item["kind"], "namespace": item["namespace"]},
+            }
+        ],
+        "properties": {"role": role},
+    }
+
+
 def _suppression(exemption: Mapping[str, Any]) -> dict[str, Any]:
     suppression: dict[str, Any] = {
         "kind": SUPPRESSION_KINDS.get(exemption["source"], "external"),
@@ -138,7 +163,9 @@ def _suppression(exemption: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _result(finding: Mapping[str, Any], fingerprint: str, rule_index: int) -> dict[str, Any]:
-    message = finding["message"]
+    # The related objects are named in the message too: dashboards show logical locations
+    # seldom, and the text is what a reader sees.
+    message = "\n".join([finding["message"], *related_lines(finding)])
     remediation = finding["remediation"]
     result: dict[str, Any] = {
         "ruleId": finding["check_id"],
@@ -157,6 +184,11 @@ def _result(finding: Mapping[str, Any], fingerprint: str, rule_index: int) -> di
             "path": finding["path"],
         },
     }
+    related = finding.get("related") or []  # absent before schema 1.2
+    if related:
+        result["relatedLocations"] = [
+            _related_location(i, item) for i, item in enumerate(related, 1)
+        ]
     if "exemption" in finding:
         result["suppressions"] = [_suppression(finding["exemption"])]
     return result

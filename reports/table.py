@@ -1,15 +1,18 @@
-"""The terminal report: a summary, the findings table, and what was not assessed."""
+"""The terminal report: a summary, the findings table, and what was not assessed.
+
+Every value from the document goes through gpu_audit.reports.terminal (`cell`) before layout is
+added: escaped control characters, long values clipped with a marker.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from tabulate import tabulate
-
-from gpu_audit.reports.base import Document, Renderer
+from gpu_audit.reports.base import Document, Renderer, object_name, related_lines
 from gpu_audit.reports.compliance_table import compliance_lines
 from gpu_audit.reports.diagnostics_table import diagnostics_lines
+from gpu_audit.reports.terminal import cell, table
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 _COLOURS = {"critical": "\033[1;31m", "high": "\033[31m", "medium": "\033[33m", "low": "\033[36m"}
@@ -21,20 +24,6 @@ def _paint(text: str, severity: str, color: bool) -> str:
     return f"{code}{text}{_RESET}" if color and code else text
 
 
-def _where(resource: Mapping[str, Any]) -> str:
-    ns = resource["namespace"]
-    return (
-        f"{resource['kind']} {ns}/{resource['name']}"
-        if ns
-        else f"{resource['kind']} {resource['name']}"
-    )
-
-
-def _without_subject(message: str, subject: str) -> str:
-    """Messages start with the object they are about; the OBJECT column already says it."""
-    return message[len(subject) :].lstrip() if message.startswith(subject + " ") else message
-
-
 def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:.0f}%"
 
@@ -43,18 +32,29 @@ def _exempted_by(exemption: Mapping[str, Any]) -> str:
     if exemption["source"] == "annotation":
         return "annotation"
     until = f", until {exemption['expires']}" if exemption["expires"] else ""
-    return f"{exemption['file']} entry {exemption['entry']}{until}"
+    return cell(f"{exemption['file']} entry {exemption['entry']}{until}")
 
 
 def _baseline_line(baseline: Mapping[str, Any], name: str) -> str:
     counts = baseline["summary"]
     line = (
-        f"Compared with {name}: {counts['new']} new, {counts['resolved']} resolved, "
+        f"Compared with {cell(name)}: {counts['new']} new, {counts['resolved']} resolved, "
         f"{counts['unchanged']} unchanged"
     )
     if counts["not_rechecked"]:
         line += f", {counts['not_rechecked']} not re-checked (their check did not run)"
     return line
+
+
+# Related objects named per role in the FINDING column; the JSON and HTML reports list them all.
+RELATED_NAMES_SHOWN = 2
+
+
+def _finding_text(finding: Mapping[str, Any]) -> str:
+    """The message, then one line per role of its related objects, a few names each; each
+    line made printable on its own, so that only these newlines are layout."""
+    text = cell(finding["message"]) + (" (exempted)" if finding.get("exempted") else "")
+    return "\n".join([text, *map(cell, related_lines(finding, RELATED_NAMES_SHOWN))])
 
 
 def _findings_table(
@@ -66,10 +66,10 @@ def _findings_table(
     widths: list[int | None] = [None, None, 40, 70]
     rows = [
         [
-            _paint(f["severity"].upper(), f["severity"], color),
-            f["check_id"],
-            _where(f["resource"]),
-            f["message"] + (" (exempted)" if f.get("exempted") else ""),
+            _paint(cell(f["severity"].upper()), f["severity"], color),
+            cell(f["check_id"]),
+            cell(object_name(f["resource"])),
+            _finding_text(f),
         ]
         for f in findings
     ]
@@ -79,25 +79,20 @@ def _findings_table(
             ["new" if f["fingerprint"] in new else "", *row]
             for f, row in zip(findings, rows, strict=True)
         ]
-    return tabulate(rows, headers=headers, tablefmt="simple", maxcolwidths=widths)
+    return table(rows, headers, widths)
 
 
 def _exempted_table(findings: Sequence[Mapping[str, Any]]) -> str:
     rows = [
         [
-            f["check_id"],
-            _where(f["resource"]),
+            cell(f["check_id"]),
+            cell(object_name(f["resource"])),
             _exempted_by(f["exemption"]),
-            f["exemption"]["reason"],
+            cell(f["exemption"]["reason"]),
         ]
         for f in findings
     ]
-    return tabulate(
-        rows,
-        headers=["CHECK", "OBJECT", "EXEMPTED BY", "REASON"],
-        tablefmt="simple",
-        maxcolwidths=[None, 40, 40, 60],
-    )
+    return table(rows, ["CHECK", "OBJECT", "EXEMPTED BY", "REASON"], [None, 40, 40, 60])
 
 
 def render_table(document: Document, color: bool = False) -> str:
@@ -105,12 +100,13 @@ def render_table(document: Document, color: bool = False) -> str:
     overall = (
         "n/a (nothing evaluated)" if score["overall"] is None else f"{score['overall']:.1f}/100"
     )
-    grade = score["grade"] or "-"
+    grade = cell(score["grade"] or "-")
     if score["capped_by"]:
-        grade += f" (capped: a {score['capped_by']} check fails)"
+        grade += f" (capped: a {cell(score['capped_by'])} check fails)"
+    source = document["source"]
     lines = [
-        f"gpu-audit {document['tool']['version']}: {document['source']['objects']} objects "
-        f"from {', '.join(document['source']['inputs']) or document['source']['type']}",
+        f"gpu-audit {cell(document['tool']['version'])}: {source['objects']} objects "
+        f"from {cell(', '.join(source['inputs']) or source['type'])}",
         f"Score {overall}  grade {grade}  coverage {_percent(cov['ratio'])} "
         f"({cov['evaluated']} of {cov['enabled'] - cov['not_applicable']} applicable checks evaluated)",
         "Findings: "
@@ -150,21 +146,15 @@ def render_table(document: Document, color: bool = False) -> str:
     ]
     if blocked:
         lines.append("Not assessed:")
-        rows = [[c["id"], c["status"].replace("_", " "), c["reason"]] for c in blocked]
-        lines.append(
-            tabulate(
-                rows,
-                headers=["CHECK", "STATUS", "REASON"],
-                tablefmt="simple",
-                maxcolwidths=[None, None, 80],
-            )
-        )
+        rows = [
+            [cell(c["id"]), cell(c["status"].replace("_", " ")), cell(c["reason"])] for c in blocked
+        ]
+        lines.append(table(rows, ["CHECK", "STATUS", "REASON"], [None, None, 80]))
         lines.append("")
     lines.extend(diagnostics_lines(document.get("diagnostics")))
     lines.extend(compliance_lines(document.get("compliance", [])))  # absent before schema 1.1
-    lines.extend(f"warning: {warning}" for warning in document["source"]["warnings"])
     exemption_warnings = document.get("exemptions", {}).get("warnings", [])
-    lines.extend(f"warning: {warning}" for warning in exemption_warnings)
+    lines.extend(f"warning: {cell(w)}" for w in [*source["warnings"], *exemption_warnings])
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -173,7 +163,7 @@ def render_diff_table(document: Document, color: bool = False) -> str:
 
     def about(report: Mapping[str, Any]) -> str:
         score = "n/a" if report["overall"] is None else f"{report['overall']:.1f}"
-        return f"{report['file']} (score {score}, grade {report['grade'] or '-'})"
+        return f"{cell(report['file'])} (score {score}, grade {cell(report['grade'] or '-')})"
 
     summary, groups = document["summary"], document["findings"]
     counted = [

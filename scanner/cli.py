@@ -29,6 +29,7 @@ from gpu_audit.registry import RegistryError, load_checks, select_checks
 from gpu_audit.report import Document, dumps, load_report
 from gpu_audit.reports import RENDERERS
 from gpu_audit.reports.table import render_diff_table
+from gpu_audit.reports.terminal import cell
 from gpu_audit.scan import (
     Connection,
     Inputs,
@@ -55,7 +56,7 @@ Exit codes:
 
 def _fail(problems: Iterable[str], code: int = EXIT_USAGE) -> NoReturn:
     for problem in problems:
-        click.echo(f"gpu-audit: error: {problem}", err=True)
+        click.echo(f"gpu-audit: error: {cell(problem)}", err=True)
     sys.exit(code)
 
 
@@ -84,11 +85,15 @@ checks_dir_option = click.option(
 
 
 def _write(text: str, destination: str | None, color_ok: bool = False) -> None:
+    # Encoded before any file is opened, as UTF-8 whatever the locale: a character no UTF-8
+    # holds (a lone surrogate) becomes a backslash escape, not a traceback that leaves a
+    # truncated file or invalid UTF-8 on stdout.
+    data = text.encode("utf-8", "backslashreplace")
     if destination is None:
-        click.echo(text, nl=False)
+        click.echo(data, nl=False)
         return
     try:
-        Path(destination).write_text(text, encoding="utf-8")
+        Path(destination).write_bytes(data)
     except OSError as exc:
         _fail([f"{destination}: cannot write: {exc.strerror}"])
     click.echo(f"wrote {destination}", err=True)
@@ -278,6 +283,12 @@ def main() -> None:
     show_default=True,
     help="Exit 1 when a finding has this severity or worse.",
 )
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Input warnings are errors (exit 2): fields of a type the API server would refuse, "
+    "objects given twice, directory entries that cannot be read.",
+)
 @click.option("--only", multiple=True, metavar="CHECK", help="Run only these check ids.")
 @click.option("--skip", multiple=True, metavar="CHECK", help="Do not run these check ids.")
 @click.option(
@@ -361,6 +372,7 @@ def scan(
     output_file: str | None,
     output_dir: str | None,
     fail_on: str,
+    strict: bool,
     only: tuple[str, ...],
     skip: tuple[str, ...],
     categories: tuple[str, ...],
@@ -406,6 +418,7 @@ def scan(
         stamp_with_clock=bool(history_dir or pushgateway),
         fail_on=_severity(fail_on),
         fail_on_new=_severity(fail_on_new),
+        strict=strict,
     )
     with _reading(inputs):
         result = run_scan(options)
@@ -417,11 +430,11 @@ def scan(
         _emit(document, formats or ("table",), output_file, output_dir)
     where = _publish(document, history_dir, history_keep, pushgateway)
     for run in result.errors:
-        click.echo(f"gpu-audit: {run.check.id} {run.reason}", err=True)
+        click.echo(f"gpu-audit: {run.check.id} {cell(run.reason)}", err=True)
     for warning in result.warnings:
-        click.echo(f"gpu-audit: warning: {warning}", err=True)
+        click.echo(f"gpu-audit: warning: {cell(warning)}", err=True)
     if not on_stdout:  # a job's log gets one line; a terminal already shows the report
-        click.echo(summary_line(document, where or output_file or output_dir), err=True)
+        click.echo(cell(summary_line(document, where or output_file or output_dir)), err=True)
     if not result.complete:
         sys.exit(EXIT_INCOMPLETE)
     sys.exit(EXIT_FINDINGS if result.failed else EXIT_OK)
@@ -444,7 +457,7 @@ def collect(output_file: str, no_plugins: bool, **live: Any) -> None:
         snapshot = load_snapshot(inputs, types)
     _write(dumps_snapshot(snapshot), output_file)
     for gap in snapshot.gaps:
-        click.echo(f"gpu-audit: not collected: {gap.type}: {gap.reason}", err=True)
+        click.echo(f"gpu-audit: not collected: {gap.type}: {cell(gap.reason)}", err=True)
     sys.exit(EXIT_OK if snapshot.complete else EXIT_INCOMPLETE)
 
 
@@ -484,7 +497,7 @@ def render(
 def diff_command(
     old_file: str, new_file: str, fmt: str, output_file: str | None, fail_on_new: str | None
 ) -> None:
-    """Compare two JSON reports of the same schema version: the findings new in NEW.json,
+    """Compare two JSON reports (schema 1.1 or later): the findings new in NEW.json,
     resolved since OLD.json, unchanged, and those not re-checked (their check did not run)."""
     try:
         old, new = load_comparable(old_file), load_comparable(new_file)
@@ -580,6 +593,15 @@ def docs(checks_dirs: tuple[str, ...]) -> None:
     click.echo(checks_markdown(registry.values()), nl=False)
 
 
+@checks.command("kinds")
+def kinds_docs() -> None:
+    """Print, as Markdown, every kind gpu-audit reads: API group, versions and the checks
+    that read it (docs/kinds.md is generated with this)."""
+    from gpu_audit.kinds_doc import kinds_markdown
+
+    click.echo(kinds_markdown(_registry(plugins=False).values()), nl=False)
+
+
 @checks.command("api-docs")
 def api_docs() -> None:
     """Print the plugin API reference as Markdown: every name `gpu_audit.api` offers check
@@ -654,8 +676,8 @@ def rbac(
     name: str,
     chart_index: bool,
 ) -> None:
-    """Print the read-only ClusterRole a scan with these checks needs: get/list/watch on
-    exactly what they read (never Secrets), one rule per API group."""
+    """Print the read-only ClusterRole a scan with these checks needs: list on exactly what
+    they read (never Secrets), one rule per API group."""
     from gpu_audit import rbac as access
 
     registry = _registry(plugins=not chart_index)
@@ -684,7 +706,7 @@ def _diagnostic_snapshot(from_files: Sequence[str], live: dict[str, Any]) -> Sna
     with _reading(inputs):
         snapshot = load_snapshot(inputs, DIAGNOSTIC_TYPES)
     for gap in snapshot.gaps:
-        click.echo(f"gpu-audit: not collected: {gap.type}: {gap.reason}", err=True)
+        click.echo(f"gpu-audit: not collected: {gap.type}: {cell(gap.reason)}", err=True)
     missing = [t for t in REQUIRED_TYPES if not snapshot.has(t)]
     if missing and not from_files:
         _fail([f"cannot diagnose without {', '.join(missing)}"], EXIT_INCOMPLETE)

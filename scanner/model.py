@@ -211,6 +211,14 @@ class Result:
     that a remediation written as a pod-spec fragment can be given as a patch of the object.
     `related` lists other objects that show the symptom or explain the finding (`ref` is always
     the object to change), without duplicates, in RelatedRef.sort_key order.
+    `container_keys` names the containers whose fields are written under a key of the pod spec's
+    parent rather than in its containers list (KServe's model container, written at
+    spec.predictor.model): (container name, key), so that a pod-spec fragment is given as a
+    patch of that key.
+    `inherited` is, for a result on a pod template derived from another object's (a TrainJob's
+    from its runtime's), the same result as the base template would give it: when the check
+    gives the base exactly that, the problem comes from the base object and is reported there
+    once, with this result's object as a symptom (gpu_audit.engine).
     """
 
     outcome: Outcome
@@ -221,6 +229,8 @@ class Result:
     fix: Mapping[str, str] = field(default_factory=dict)
     pod_spec_path: str = ""
     related: tuple[RelatedRef, ...] = ()
+    container_keys: tuple[tuple[str, str], ...] = ()
+    inherited: Result | None = None
 
 
 class CheckStatus(Enum):

@@ -1,49 +1,168 @@
-"""What must never leave the snapshot: Secret values, literal credentials, and fields no check
-reads.
+"""The one redaction layer: what looks like a credential never leaves the scanner.
 
-The snapshot is written to disk by `collect` and may be attached to a support ticket, so what
-looks like a credential is replaced here, when an object is loaded, and no later stage ever
-holds it. Checks that look for literal credentials see REDACTED in its place (see
-`credential_like`).
+Every path cluster data takes out of gpu-audit goes through this module:
+
+- `sanitize` edits each object as it is loaded (files, stdin, snapshot files and the live API
+  call it), so no later stage holds the credential: a Secret keeps only its key names,
+  `managedFields` are dropped, and every string of every field is redacted as below.
+- `snapshot_object` is what a snapshot file (`collect`) keeps of an object: sanitized, and
+  without the annotations no check reads (`READ_ANNOTATIONS`).
+- `redact_text` is the last pass over what the scanner writes: each finding's message and
+  rendered remediation (`engine`), the `inventory` and `why-pending` output (`redact_tree`)
+  and the source details of a live scan.
+
+What counts as a credential, wherever it sits (env values, args and commands, probes, labels,
+annotations, ConfigMap file contents, custom resources):
+
+- a value under a credential-looking name: a mapping key or an `{name, value}` pair (env,
+  httpHeaders) such as HF_TOKEN, apiKey, password, Authorization; in text, `NAME=value`
+  (`export TOKEN=...` in `sh -c`, .env files), `name: value` (YAML, HTTP headers) and
+  `"name": "value"` (JSON);
+- the value of a flag whose name holds token, key, password, secret, credential or auth:
+  `--api-key=VALUE`, `--hf-token VALUE` in a string, `["--password", "VALUE"]` in a list;
+- the userinfo of a URL (`https://user:pass@host`, also `user:pass@host`);
+- the credential of an HTTP `Bearer` or `Basic` authorization;
+- well-known token shapes (hf_, sk-, ghp_, github_pat_, xox?-, AKIA/ASIA, nvapi-, glpat-,
+  JWTs) and PEM private key blocks.
+
+Only the value is replaced with REDACTED: the name, the flag and the fact that a value was
+there stay, which is all a check needs (GPU-SEC-001 reports `<redacted>` as the literal it
+stands for). Placeholders are not credentials and stay: booleans, numbers, `$VAR`, `${VAR}`,
+`$(VAR)`, `{{ ... }}` and `<value>`.
+
+Labels are all kept, redacted like every other string: any selector (Services,
+NetworkPolicies, affinities, Karpenter requirements...) may read any label.
+
+The cost is linear in the text: substring searches decide which texts may hold a credential,
+and only those are parsed. A text longer than any value an API server stores (1 MiB) is not
+parsed at all: it is REDACTED whole when it holds "@", a token prefix or a credential word.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import string
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 REDACTED = "<redacted>"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
-_SECRET_NAME = re.compile(
-    r"(^|_)(API_?KEY|ACCESS_?KEY|SECRET(_ACCESS)?_?KEY|SECRET|TOKEN|PASSWORD|PASSWD|"
-    r"PRIVATE_?KEY|CREDENTIALS?|AUTH|DECRYPT(ION)?_?KEY|ENCRYPTION_?KEY|HF_TOKEN|"
-    r"HUGGING_?FACE_HUB_TOKEN|NGC_API_KEY|WANDB_API_KEY|OPENAI_API_KEY)($|_)",
-    re.IGNORECASE,
+# Annotations some check, the diagnostics or the exemptions read (grep `annotations` in
+# checks/ and scanner/): the only ones a snapshot file keeps. A check that reads another adds it
+# here; tests/test_secret_corpus.py scans every check fixture as it is and through a snapshot
+# file, and fails when the verdicts differ. Keys, then prefixes, then suffixes (GPU-SCHED-003
+# reads any annotation ending in /zone or availability-zone).
+READ_ANNOTATIONS = frozenset(
+    {
+        "kubernetes.io/config.mirror",  # static pods (GPU-WL-007, GPU-NODE-005, cost checks)
+        "kubernetes.io/limit-ranger",  # what the LimitRanger set (GPU-QUOTA-003)
+        "pv.kubernetes.io/provisioned-by",  # dynamic PVs (GPU-STO-002)
+        "storageclass.kubernetes.io/is-default-class",  # the default StorageClass
+        "storageclass.beta.kubernetes.io/is-default-class",
+        "node.kubernetes.io/instance-type",  # placement keys (GPU-SCHED-003)
+        "beta.kubernetes.io/instance-type",
+        "kubernetes.io/hostname",
+        "eks.amazonaws.com/capacityType",
+        "nvidia.com/gpu.product",
+        "scheduling.k8s.io/group-name",  # Volcano gang membership (GPU-DIST-001, why-pending)
+        "k3s.io/node-args",  # the container runtime a K3s/RKE2 node runs (GPU-WL-008)
+        "rke2.io/node-args",
+    }
 )
+READ_ANNOTATION_PREFIXES = (
+    "gpu-audit.io/",  # exemptions, GPU-HPA-004 and GPU-NET-002 waivers
+    "meta.helm.sh/",  # Helm releases (GPU-SHARE-001, stack checks)
+    "scheduling.volcano.sh/",
+    "karpenter.sh/",  # do-not-disrupt (GPU-COST-003), capacity-type
+    "topology.kubernetes.io/",
+    "failure-domain.beta.kubernetes.io/",
+    "cloud.google.com/",  # GKE accelerator, internal load balancers
+    "networking.gke.io/",
+    "service.beta.kubernetes.io/",  # cloud load balancer schemes (GPU-SRV-003)
+    "serving.kserve.io/",  # server type (GPU-SRV-004)
+    "internal.serving.kserve.io/",  # the storage-initializer source URI (model size)
+)
+READ_ANNOTATION_SUFFIXES = ("/zone", "availability-zone")
+
+_SECRET_NAME = re.compile(
+    r"(^|_)(API_?KEY|ACCESS_?KEY|SECRET(_ACCESS)?_?KEY|SECRET|TOKEN|PASSWORD|PASSWD|PASS|"
+    r"PRIVATE_?KEY|CREDENTIALS?|AUTH|AUTHORIZATION|COOKIE|DECRYPT(ION)?_?KEY|"
+    r"ENCRYPTION_?KEY|HF_TOKEN|HUGGING_?FACE_HUB_TOKEN|NGC_API_KEY|WANDB_API_KEY|"
+    r"OPENAI_API_KEY)($|_)"
+)
+# A flag names its value with any of these words (--license-key, --db-pass).
+_SECRET_FLAG_WORD = re.compile(r"(^|_)(KEY|KEYS|APIKEY)($|_)")
 _NOT_SECRET_NAME = re.compile(
     r"TOKENIZERS_PARALLELISM|MAX_.*TOKENS|_TOKENS$|NUM_.*TOKENS|"
-    r"_(FILE|PATH|DIR|URL|URI|ENDPOINT|REGION|ID|MODE|TYPE|METHOD|ENABLED|HEADER)$|"
-    r"TOKEN_LIMIT|HF_HUB_ENABLE_HF_TRANSFER|^(ENABLE|DISABLE)_|_(ENABLE|DISABLE)_",
-    re.IGNORECASE,
+    r"_(FILE|PATH|DIR|URL|URI|ENDPOINT|REGION|ID|MODE|TYPE|METHOD|ENABLED|HEADER|NAME|REF|"
+    r"NAMESPACE)$|TOKEN_LIMIT|HF_HUB_ENABLE_HF_TRANSFER|^(ENABLE|DISABLE)_|_(ENABLE|DISABLE)_"
 )
-_SECRET_VALUES = tuple(
-    re.compile(p)
-    for p in (
-        r"hf_[A-Za-z0-9]{30,}",
-        r"sk-[A-Za-z0-9_-]{20,}",
-        r"AKIA[0-9A-Z]{16}",
-        r"nvapi-[A-Za-z0-9_-]{20,}",
-        r"ghp_[A-Za-z0-9]{36}",
-        r"xox[baprs]-[A-Za-z0-9-]{10,}",
-        r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
-    )
+# Well-known token shapes, each after a non-alphanumeric character, and the start of a PEM
+# private key. An sk- key has an upper-case letter: sk-learn-server, a lower-case object name,
+# is not one.
+_SHAPE = (
+    r"(?:(?<![A-Za-z0-9])(?:hf_[A-Za-z0-9]{30,}|sk-(?=[A-Za-z0-9_-]*[A-Z])[A-Za-z0-9_-]{20,}|"
+    r"gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}|xox[abeprs]-[A-Za-z0-9-]{10,}|"
+    r"(?:AKIA|ASIA)[0-9A-Z]{16}|nvapi-[A-Za-z0-9_-]{20,}|glpat-[A-Za-z0-9_-]{20,}|"
+    r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*)|"
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----)"
 )
-# Switches and placeholders, not credentials: TS_DISABLE_TOKEN_AUTHORIZATION=true.
+_SHAPES = re.compile(_SHAPE)
+_SHAPE_PREFIXES = (
+    "hf_", "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "_pat_", "xox", "AKIA", "ASIA",
+    "nvapi-", "glpat-", "eyJ", "-----BEGIN ",
+)  # fmt: skip
+# Each pass of redact_text starts with a literal or a short set of first characters, so that
+# the regex engine skips ahead in C: one regex of alternatives costs ~1 us per character.
+_PEM = re.compile(
+    r"-----BEGIN (?P<label>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----.*?"
+    r"(?:-----END (?P=label)-----|\Z)",
+    re.DOTALL,
+)
+_TOKEN = re.compile(rf"{_SHAPE}[^\s\"'`<>,;]*")
+_AUTH = re.compile(r"(?:[Bb]earer|[Bb]asic|BEARER|BASIC)[ \t]+(?P<value>[A-Za-z0-9._~+/-]{8,}=*)")
+# Userinfo ends at "@" and starts after one of these (RFC 3986 delimiters, quotes, space).
+_USERINFO_STOP = frozenset(" \t\n\r\f\v/?#@<>\"'`")
+_BARE_USER = re.compile(r"[\w.%+-]+")
+_DIGEST = re.compile(r"sha\d+:")
+# Words that start a name worth a closer look: the names of credentials hold one.
+_HINT_WORDS = ("tok", "key", "secr", "pass", "pwd", "auth", "cred", "cookie")
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+_NAME_TAIL = re.compile(r"[\w.-]*+")
+_NAME = re.compile(r"(?:--?)?[A-Za-z_][\w.-]*")
+_MAX_NAME = 256  # longer runs are no names
+_MAX_USERINFO = 4096
+_LONG = 1 << 20
+_QUOTED = r"\"[^\"\n]*\"|'[^'\n]*'"
+_STOP = "\\s\"'`;&|"
+# What follows a name: =value (shell, .env, INI, --flag=value); : value (YAML, HTTP headers,
+# JSON), to the end of the line; a space and a value (--flag value in sh -c); "," and a
+# quoted value (["--flag", "value"] in JSON).
+_AFTER_NAME = re.compile(
+    rf"(?P<eq>[ \t]*=[ \t]*)(?P<eqv>{_QUOTED}|[^{_STOP}]*)"
+    rf"|(?P<col>[\"']?[ \t]*:[ \t]+|[\"']:[ \t]*)(?P<colv>{_QUOTED}|[^{_STOP}{{\[][^\n\"'`;&|]*)"
+    rf"|(?P<fl>[ \t]+)(?P<flv>{_QUOTED}|[^{_STOP}-][^{_STOP}]*)"
+    rf"|(?P<jl>\",[ \t]*)(?P<jlv>\"[^\"\n-][^\"\n]*\")"
+)
+# _suspect's weaker form of a name and what follows it, over any characters but separators.
+_AFTER_HINT = re.compile(r"[^\s\"'=:,]*+")
+_SEPARATOR_HINT = re.compile(r"[\"']?(?:[ \t]*[=:]|[ \t]+[^\s-]|,)")
+# Placeholders and switches, never credentials.
+_KEPT = re.compile(
+    r"(true|false|yes|no|on|off|none|null|enabled|disabled|\d+|\$\([A-Za-z0-9_]+\)|"
+    r"\$[A-Za-z_][A-Za-z0-9_]*|\$\{[^{}]*\}|\{\{.*\}\}|<[^<>]*>)?",
+    re.IGNORECASE | re.DOTALL,
+)
 _NOT_A_CREDENTIAL = re.compile(
     r"^(true|false|yes|no|on|off|none|null|enabled|disabled|\d+|\$\([A-Za-z0-9_]+\))$",
     re.IGNORECASE,
 )
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])|([A-Z]+)([A-Z][a-z])")
+_SEPARATORS = re.compile(r"[^A-Za-z0-9]+")
+_BARE_FLAG = re.compile(r"--?[A-Za-z][\w.-]*")
+_WORD = re.compile(r"[A-Za-z][a-z]*")
 
 
 def is_placeholder(value: str) -> bool:
@@ -51,25 +170,268 @@ def is_placeholder(value: str) -> bool:
     return bool(_NOT_A_CREDENTIAL.match(value))
 
 
+def _kept(value: str) -> bool:
+    """Whether a value stays as it is: empty, a switch, a number or a placeholder ($VAR,
+    ${VAR}, $(VAR), {{ ... }}, <value>, and REDACTED itself)."""
+    return _KEPT.fullmatch(value.strip()) is not None
+
+
+@functools.lru_cache(maxsize=8192)
+def _normal(name: str) -> str:
+    """HF_TOKEN, hfToken, hf-token, example.com/hf.token: all HF_TOKEN."""
+    spaced = _CAMEL.sub(lambda m: f"{m[1]}_{m[2]}" if m[1] else f"{m[3]}_{m[4]}", name)
+    return _SEPARATORS.sub("_", spaced).strip("_").upper()
+
+
+@functools.lru_cache(maxsize=8192)
+def secret_name(name: str) -> bool:
+    """Whether a key, env variable or header name says that its value is a credential."""
+    normal = _normal(name)
+    return bool(_SECRET_NAME.search(normal)) and not _NOT_SECRET_NAME.search(normal)
+
+
+@functools.lru_cache(maxsize=4096)
+def secret_flag(flag: str) -> bool:
+    """Whether a command-line flag (--api-key, --hf-token, --db-password) takes a credential."""
+    normal = _normal(flag)
+    return bool(
+        _SECRET_NAME.search(normal) or _SECRET_FLAG_WORD.search(normal)
+    ) and not _NOT_SECRET_NAME.search(normal)
+
+
 def credential_like(name: str, value: str) -> bool:
-    """Whether a literal name/value pair looks like a credential (REDACTED does: the loader
-    put it in place of one). Never returns or logs the value."""
+    """Whether a literal name/value pair looks like a credential (one holding REDACTED does:
+    the loader put it in place of one). Never returns or logs the value."""
     value = value.strip()
-    if value == REDACTED:
+    if REDACTED in value:
         return True
     if not value or is_placeholder(value):
         return False
-    if any(p.search(value) for p in _SECRET_VALUES):
+    if _SHAPES.search(value):
         return True
-    return bool(_SECRET_NAME.search(name)) and not _NOT_SECRET_NAME.search(name)
+    return secret_name(name)
+
+
+def _quoted(value: str) -> str:
+    """REDACTED in the quotes `value` had."""
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return f"{value[0]}{REDACTED}{value[0]}"
+    return REDACTED
+
+
+def _credential(value: str, words_are_prose: bool) -> bool:
+    """Whether the value of a credential name is one, not a placeholder. With
+    `words_are_prose`, a plain word is no value: "--api-key with an inline value" is a
+    sentence, not a command line."""
+    inner = value.strip()
+    if len(inner) >= 2 and inner[0] == inner[-1] and inner[0] in "\"'":
+        inner = inner[1:-1]
+    # `false}` ends a flow mapping: {automountServiceAccountToken: false}.
+    return (
+        not _kept(inner)
+        and not _kept(inner.rstrip("}]),;"))
+        and not (words_are_prose and _WORD.fullmatch(inner) is not None)
+    )
+
+
+def redact_text(text: str) -> str:
+    """`text` with every credential it shows replaced by REDACTED (see the module's doc)."""
+    if len(text) > _LONG:
+        # Longer than any value an API server stores: redacted whole when anything in it may
+        # be a credential, rather than parsed at length.
+        return REDACTED if _may_hold(text) else text
+    return _redact(text) if _suspect(text) else text
+
+
+def _redact(text: str) -> str:
+    text = _PEM.sub(REDACTED, text)
+    text = _TOKEN.sub(REDACTED, text)
+    text = _redact_userinfo(text)
+    text = _AUTH.sub(_auth, text)
+    return _redact_names(text)
+
+
+def _suspect(text: str) -> bool:
+    """Whether `text` may hold something to redact: substring searches first, so that the
+    passes of _redact run only on the few texts that might. Each test is a weaker form of a
+    pass: a text it clears holds nothing _redact would change."""
+    if "@" in text and next(_userinfo(text), None) is not None:
+        return True
+    for prefix in _SHAPE_PREFIXES:
+        if prefix in text:
+            if _SHAPES.search(text):
+                return True
+            break
+    low = text.translate(_ASCII_LOWER)
+    if ("bearer" in low or "basic" in low) and _AUTH.search(text):
+        return True
+    for word in _HINT_WORDS:
+        at = low.find(word)
+        while at >= 0:
+            # Every hint of one run of name characters is followed by the same separator.
+            end = _run_end(_AFTER_HINT, low, at + len(word))
+            if _SEPARATOR_HINT.match(low, end):
+                return True
+            at = low.find(word, end)
+    return False
+
+
+def _may_hold(text: str) -> bool:
+    """Whether a long text holds any of what _suspect looks for, by substring searches only."""
+    if "@" in text or any(prefix in text for prefix in _SHAPE_PREFIXES):
+        return True
+    words = (*_HINT_WORDS, "bearer", "basic")
+    for at in range(0, len(text), _LONG):  # lower-cased a part at a time
+        low = text[at : at + _LONG + 8].translate(_ASCII_LOWER)
+        if any(word in low for word in words):
+            return True
+    return False
+
+
+def _run_end(run: re.Pattern[str], text: str, at: int) -> int:
+    """Where the run of `run`'s characters that starts at `at` ends."""
+    match = run.match(text, at)
+    return match.end() if match else at
+
+
+def _auth(match: re.Match[str]) -> str:
+    text, start, value = match.string, match.start(), match["value"]
+    after_word = start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_-")
+    if after_word or (value.isalpha() and value.islower()):  # "basic settings": a word
+        return match[0]
+    return match[0][: match.start("value") - start] + REDACTED
+
+
+def _userinfo(text: str) -> Iterator[tuple[int, int]]:
+    """Where the userinfo of each URL (scheme://userinfo@) or user:password@host sits."""
+    at = text.find("@")
+    while at >= 0:
+        start = at
+        limit = max(0, at - _MAX_USERINFO)
+        while start > limit and text[start - 1] not in _USERINFO_STOP:
+            start -= 1
+        bounded = start == 0 or text[start - 1] in _USERINFO_STOP
+        url = start >= 3 and text.startswith("://", start - 3)
+        if start < at and bounded and (url or _bare_userinfo(text, start, at)):
+            yield start, at
+        at = text.find("@", at + 1)
+
+
+def _bare_userinfo(text: str, start: int, at: int) -> bool:
+    """user:password@host: not an image's name:tag@sha256:digest, nor a path or an address."""
+    if text.find(":", start, at) < 0:
+        return False
+    user, _, password = text[start:at].partition(":")
+    host = text[at + 1 : at + 2]
+    return (
+        bool(password and _BARE_USER.fullmatch(user))
+        and (start == 0 or text[start - 1] not in "/@<")
+        and (host.isalnum() or host == "[")
+        and not _DIGEST.match(text, at + 1)
+    )
+
+
+def _redact_userinfo(text: str) -> str:
+    pieces: list[str] = []
+    done = 0
+    for start, end in _userinfo(text):
+        pieces += [text[done:start], REDACTED]
+        done = end
+    return "".join([*pieces, text[done:]]) if pieces else text
+
+
+def _hints(low: str) -> list[int]:
+    """Where the hint words are in a lower-cased text, in order."""
+    found: list[int] = []
+    for word in _HINT_WORDS:
+        at = low.find(word)
+        while at >= 0:
+            found.append(at)
+            at = low.find(word, at + 1)
+    return sorted(found)
+
+
+def _redact_names(text: str) -> str:
+    """The values after names that say credential: NAME=value, name: value, --flag value.
+    Names are runs of [\\w.-] that hold a hint word; the values of other names are left for
+    the names they hold (the earlier passes saw the rest)."""
+    pieces: list[str] = []
+    done = resume = 0  # written up to; names before `resume` were seen or sit in a value
+    for hint in _hints(text.translate(_ASCII_LOWER)):
+        if hint < resume:
+            continue
+        start = hint
+        while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
+            start -= 1
+            if hint - start > _MAX_NAME:
+                break
+        end = resume = _run_end(_NAME_TAIL, text, hint)
+        name = text[start:end]
+        if start < done or len(name) > _MAX_NAME or not _NAME.fullmatch(name):
+            continue
+        flag = name.startswith("-")
+        if not (secret_flag(name) if flag else secret_name(name)):
+            continue
+        after = _AFTER_NAME.match(text, end)
+        if after is None:
+            continue
+        group = str(after.lastgroup)
+        quoted = start > 0 and text[start - 1] == '"'
+        if (group == "flv" and not flag) or (group == "jlv" and not (flag and quoted)):
+            continue
+        resume = after.end()  # a placeholder holds no name either
+        value = after[group]
+        if _credential(value, words_are_prose=group == "flv"):
+            blank = value[len(value.rstrip()) :]
+            pieces += [text[done : after.start(group)], _quoted(value.rstrip()), blank]
+            done = resume
+    return "".join([*pieces, text[done:]]) if pieces else text
+
+
+def redact_argv(items: Sequence[str]) -> list[str]:
+    """A command or args list redacted: each item as text, and the item after a bare
+    credential flag (`["--api-key", "VALUE"]`) as a whole."""
+    out: list[str] = []
+    after_flag = False
+    for item in items:
+        if after_flag and not item.startswith("-") and not _kept(item):
+            out.append(REDACTED)
+        else:
+            out.append(redact_text(item))
+        after_flag = _bare_secret_flag(item)
+    return out
+
+
+def _bare_secret_flag(item: str) -> bool:
+    return item.startswith("-") and bool(_BARE_FLAG.fullmatch(item)) and secret_flag(item)
+
+
+def redact_tree(value: Any) -> Any:
+    """A copy of a JSON-shaped value with every string (keys too) redacted as text."""
+    return _tree(value, {})
+
+
+def _tree(value: Any, done: dict[str, str]) -> Any:
+    # Diagnostics repeat the same few texts for every node: each is redacted once.
+    if isinstance(value, str):
+        redacted = done.get(value)
+        if redacted is None:
+            redacted = done[value] = redact_text(value)
+        return redacted
+    if isinstance(value, dict):
+        return {_tree(str(k), done): _tree(v, done) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_tree(v, done) for v in value]
+    return value
 
 
 def sanitize(obj: dict[str, Any]) -> dict[str, Any]:
-    """Drop managedFields; keep only the key names of a Secret's data; replace credential-like
-    literal env values (in any pod spec, of any kind) and ConfigMap values with REDACTED.
+    """Drop managedFields; keep only the key names of a Secret's data and a ConfigMap's
+    binaryData; redact every credential of every field (see the module's doc).
 
-    Mutates and returns `obj` (the loader owns the freshly parsed dict). The last-applied
-    annotation is redacted on every object: it holds a full copy of the object as applied.
+    Mutates and returns `obj` (the loader owns the freshly parsed dict); idempotent. The
+    last-applied annotation is redacted on every object: it holds a full copy of the object as
+    applied.
     """
     metadata = obj.get("metadata")
     if isinstance(metadata, dict):
@@ -78,43 +440,135 @@ def sanitize(obj: dict[str, Any]) -> dict[str, Any]:
         if isinstance(annotations, dict) and LAST_APPLIED in annotations:
             annotations[LAST_APPLIED] = REDACTED
     core = obj.get("apiVersion") == "v1"
-    if core and obj.get("kind") == "Secret":
-        for section in ("data", "stringData"):
-            values = obj.get(section)
-            if isinstance(values, dict):
-                obj[section] = dict.fromkeys(values, REDACTED)
-            elif values is not None:
-                obj[section] = REDACTED
-    if core and obj.get("kind") == "ConfigMap" and isinstance(obj.get("data"), dict):
-        data = obj["data"]
-        for key, value in data.items():
-            if isinstance(value, str) and credential_like(str(key), value):
-                data[key] = REDACTED
-    _redact_env(obj)
+    kind = obj.get("kind")
+    sections = {"Secret": ("data", "stringData"), "ConfigMap": ("binaryData",)}.get(
+        str(kind) if core else "", ()
+    )
+    for section in sections:
+        values = obj.get(section)
+        if isinstance(values, dict):
+            obj[section] = dict.fromkeys(values, REDACTED)
+        elif values is not None:
+            obj[section] = REDACTED
+    # Names, pairs and flags are judged on the way; the text of every string is looked at
+    # once for the whole object, and only an object that may hold a credential in a text is
+    # walked again to redact its strings.
+    texts: list[str] = []
+    _scrub_mapping(obj, texts)
+    if _suspect("\n".join(texts)):
+        _scrub_mapping(obj, None)
     return obj
 
 
-_CONTAINERS = (dict, list)
+def _scrub_mapping(node: dict[Any, Any], texts: list[str] | None) -> None:
+    """Redact the values of credential names in `node` and below; the other strings go to
+    `texts`, or are redacted as text when `texts` is None."""
+    # The loader's hottest loop (every string of every object): the key cache is read inline.
+    cache = _KEY_CACHE
+    for key, item in node.items():
+        if type(item) is str:
+            if not item:
+                continue
+            secret = cache.get(key)
+            if secret is None:
+                secret = _secret_key(key)
+            if secret and not _kept(item):
+                node[key] = REDACTED
+            elif texts is not None:
+                texts.append(item)
+            else:
+                node[key] = redact_text(item)
+        elif type(item) is dict:
+            _scrub_mapping(item, texts)
+        elif type(item) is list:
+            if _secret_key(key):  # ServiceMonitor params: {token: [VALUE]}
+                item[:] = [REDACTED if isinstance(v, str) and not _kept(v) else v for v in item]
+            _scrub_list(item, texts)
+    # {name, value} pairs: env entries, probe httpHeaders, custom resources' env lists.
+    name = node.get("name")
+    if type(name) is str:
+        value = node.get("value")
+        if type(value) is str and value != REDACTED and _secret_key(name) and not _kept(value):
+            node["value"] = REDACTED
 
 
-def _redact_env(value: Any) -> None:
-    """Every `env: [{name, value}]` list anywhere in the object: pod specs sit at different
-    paths in Pods, workloads and custom resources (Volcano tasks, KServe predictors...)."""
-    # Only containers are visited: a call per scalar would be most of the loader's time.
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key == "env" and isinstance(item, list):
-                for entry in item:
-                    if (
-                        isinstance(entry, dict)
-                        and isinstance(entry.get("name"), str)
-                        and isinstance(entry.get("value"), str)
-                        and credential_like(entry["name"], entry["value"])
-                    ):
-                        entry["value"] = REDACTED
-            if isinstance(item, _CONTAINERS):
-                _redact_env(item)
-    elif isinstance(value, list):
-        for item in value:
-            if isinstance(item, _CONTAINERS):
-                _redact_env(item)
+def _scrub_list(items: list[Any], texts: list[str] | None) -> None:
+    after_flag = False
+    for index, item in enumerate(items):
+        if isinstance(item, str):
+            if after_flag and item and not item.startswith("-") and not _kept(item):
+                items[index] = REDACTED
+            elif texts is not None:
+                texts.append(item)
+            elif item:
+                items[index] = redact_text(item)
+            after_flag = _bare_secret_flag(item)
+            continue
+        after_flag = False
+        if isinstance(item, dict):
+            _scrub_mapping(item, texts)
+        elif isinstance(item, list):
+            _scrub_list(item, texts)
+
+
+_KEY_CACHE: dict[str, bool] = {}
+
+
+def _secret_key(name: Any) -> bool:
+    """secret_name through a plain dict: looked up for every string of every object."""
+    known = _KEY_CACHE.get(name)
+    if known is None:
+        if len(_KEY_CACHE) >= 65536:
+            _KEY_CACHE.clear()
+        known = _KEY_CACHE[name] = isinstance(name, str) and secret_name(name)
+    return known
+
+
+def read_annotation(key: str) -> bool:
+    """Whether some check reads this annotation (so a snapshot file keeps it)."""
+    return (
+        key in READ_ANNOTATIONS
+        or key.startswith(READ_ANNOTATION_PREFIXES)
+        or key.endswith(READ_ANNOTATION_SUFFIXES)
+    )
+
+
+def snapshot_object(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What a snapshot file keeps of an object: `sanitize`d (a loaded object already is: it
+    stays the same), and without the annotations no check reads, at any depth (pod templates
+    have their own). Only the mappings on the path to a trimmed annotations mapping are
+    copied."""
+    kept: dict[str, Any] = _kept_annotations(sanitize(dict(obj)))
+    return kept
+
+
+def _kept_annotations(node: Any) -> Any:
+    if isinstance(node, dict):
+        changed: dict[Any, Any] = {}
+        for key, item in node.items():
+            if key == "metadata" and isinstance(item, dict):
+                kept = _metadata(item)
+            elif isinstance(item, dict | list):
+                kept = _kept_annotations(item)
+            else:
+                continue
+            if kept is not item:
+                changed[key] = kept
+        return {**node, **changed} if changed else node
+    if isinstance(node, list):
+        items = [_kept_annotations(item) for item in node]
+        return items if any(a is not b for a, b in zip(items, node, strict=True)) else node
+    return node
+
+
+def _metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    annotations = metadata.get("annotations")
+    if not isinstance(annotations, dict):
+        return metadata
+    kept = {k: v for k, v in annotations.items() if isinstance(k, str) and read_annotation(k)}
+    if len(kept) == len(annotations):
+        return metadata
+    trimmed = {k: v for k, v in metadata.items() if k != "annotations"}
+    if kept:
+        trimmed["annotations"] = kept
+    return trimmed

@@ -70,9 +70,7 @@ def _finding(snapshot: Snapshot, run: CheckRun, finding: Finding) -> dict[str, A
         "message": result.message,
         "path": result.path,
         "remediation": finding.remediation,
-        "related": [
-            _related(r) for r in sorted(set(result.related), key=lambda r: r.sort_key)
-        ],
+        "related": [_related(r) for r in sorted(set(result.related), key=lambda r: r.sort_key)],
         **({"exemption": _exemption(finding.exemption)} if finding.exemption else {}),
     }
 

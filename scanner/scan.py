@@ -95,6 +95,9 @@ class ScanOptions:
     # a new finding (not exempted) at or above `fail_on_new`.
     fail_on: Severity | None = None
     fail_on_new: Severity | None = None
+    # The input's warnings (fields of a type the API server would refuse, objects given
+    # twice, directory entries that cannot be read) are raised as an InputError instead.
+    strict: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +198,8 @@ def run_scan(options: ScanOptions) -> ScanResult:
     chosen = resolve_frameworks(options.frameworks, registry)
     started = time.monotonic()
     snapshot = load_snapshot(options.inputs, scan_types(enabled.values()))
+    if options.strict and snapshot.source.warnings:
+        raise InputError(snapshot.source.warnings)
     day = evaluation_date(options.today, generated_at)
     runs, exempted = apply_exemptions(
         run_checks(enabled.values(), snapshot), snapshot, registry, rules, day

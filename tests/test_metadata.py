@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpu_audit.catalog import checks_markdown
+from gpu_audit.kinds_doc import kinds_markdown
 from gpu_audit.model import Category
 from gpu_audit.registry import load_checks
 
@@ -64,3 +65,22 @@ def test_builtin_checks_load_without_kubernetes_or_jinja2() -> None:
 def test_docs_checks_md_is_generated_from_the_registry() -> None:
     committed = (ROOT / "docs" / "checks.md").read_text(encoding="utf-8")
     assert committed == checks_markdown(CHECKS.values()), "docs/checks.md drifted: run `make docs`"
+
+
+@pytest.mark.parametrize("check_id", sorted(CHECKS))
+def test_every_check_states_its_severity_evidence(check_id: str) -> None:
+    """docs/severity.md: each check's documentation names what raises and lowers its severity."""
+    evidence = CHECKS[check_id].severity_evidence
+    assert len(evidence.split()) >= 8, f"{check_id}: severity_evidence is missing or too thin"
+
+
+def test_docs_kinds_md_is_generated_from_the_kinds_and_checks() -> None:
+    committed = (ROOT / "docs" / "kinds.md").read_text(encoding="utf-8")
+    assert committed == kinds_markdown(CHECKS.values()), "docs/kinds.md drifted: run `make docs`"
+
+
+def test_every_kind_a_check_requires_is_known() -> None:
+    from gpu_audit.k8s.kinds import KNOWN_KINDS
+
+    required = {t for c in CHECKS.values() for t in c.required_types}
+    assert required - set(KNOWN_KINDS) == set()

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_audit.api import Resource, Snapshot, as_list, as_mapping
+from gpu_audit.api import Resource, Severity, Snapshot, as_list, as_mapping, templates_of
 
 HPA = "HorizontalPodAutoscaler"
 SCALED_OBJECT = "ScaledObject.keda.sh"
@@ -106,3 +106,30 @@ def condition(obj: Resource, type_: str) -> Mapping[str, Any] | None:
         if cond.get("type") == type_:
             return cond
     return None
+
+
+_ONE_STEP_DOWN = {
+    Severity.CRITICAL: Severity.HIGH,
+    Severity.HIGH: Severity.MEDIUM,
+    Severity.MEDIUM: Severity.LOW,
+    Severity.LOW: Severity.LOW,
+    Severity.INFO: Severity.INFO,
+}
+
+
+def cpu_only_target(snapshot: Snapshot, owner: Resource) -> str:
+    """The scale target as text when it is in the input and requests no GPU, else "" (a GPU
+    workload, or one the input does not hold)."""
+    target = scale_target(owner)
+    found = snapshot.get(target.kind, owner.ref.namespace, target.name)
+    if found is None or any(t.requests_gpu for t in templates_of(found)):
+        return ""
+    return f"{target.kind} {target.name}"
+
+
+def for_target(severity: Severity, cpu_target: str) -> tuple[Severity, str]:
+    """`severity` one step lower, with the reason to append to the message, when the scale
+    target is known to run no GPU work."""
+    if not cpu_target:
+        return severity, ""
+    return _ONE_STEP_DOWN[severity], f" ({cpu_target} requests no GPU)"

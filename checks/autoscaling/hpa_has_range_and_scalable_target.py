@@ -15,6 +15,7 @@ from gpu_audit.api import (
     check,
     failed,
     passed,
+    templates_of,
 )
 
 from ._common import HPA, SCALED_OBJECT, condition, is_keda_hpa, keda_hpa_names, scale_target
@@ -46,6 +47,11 @@ _WAIVER = "gpu-audit.io/pinned"
         the input holds other workloads of the HPA's namespace (a partial bundle is not
         judged); custom kinds whose CRD in the input has no scale subresource; live
         AbleToScale=False with reason FailedGetScale.
+    """,
+    severity_evidence="""
+        A dead autoscaler (part B) is medium when the namespace holds a GPU Deployment or
+        StatefulSet that no autoscaler targets (likely the renamed target, now unscaled), low
+        otherwise: an autoscaler of nothing changes nothing. min == max (part A) is low.
     """,
     remediation="""
         # $kind $namespace/$name: $problem
@@ -137,19 +143,53 @@ def _target_results(snapshot: Snapshot, owner: Resource) -> Iterator[Result]:
     path = "spec.scaleTargetRef"
     if problem is None:
         return
+    unscaled = _unscaled_gpu_workloads(snapshot, owner.ref.namespace) if problem else []
+    severity = Severity.MEDIUM if unscaled else Severity.LOW
+    message = problem + (
+        f"; {', '.join(unscaled[:3])} requests GPUs and no autoscaler targets it"
+        if unscaled
+        else "; no GPU workload of the namespace is left without an autoscaler"
+    )
     if problem and target.kind in _UNSCALABLE:
         # Nothing to repoint: the autoscaler can only go.
         kind = owner.ref.kind.lower()
         delete = f"kubectl -n {owner.ref.namespace} delete {kind} {owner.ref.name}"
-        yield failed(owner, problem, path=path, fix={"problem": problem, "change": delete})
+        yield failed(
+            owner,
+            message,
+            path=path,
+            severity=severity,
+            fix={"problem": problem, "change": delete},
+        )
     elif problem:
+        name = unscaled[0].split(" ", 1)[1] if unscaled else target.name
+        kind = unscaled[0].split(" ", 1)[0] if unscaled else "Deployment"
         patch = (
-            f"scaleTargetRef: {{apiVersion: apps/v1, kind: Deployment, name: {target.name}}}"
+            f"scaleTargetRef: {{apiVersion: apps/v1, kind: {kind}, name: {name}}}"
             "   # an existing Deployment/StatefulSet in this namespace"
         )
-        yield failed(owner, problem, path=path, fix=_fix(owner, problem, patch))
+        yield failed(owner, message, path=path, severity=severity, fix=_fix(owner, problem, patch))
     else:
         yield passed(owner, f"targets {target.kind} {target.name}, which can scale", path=path)
+
+
+def _unscaled_gpu_workloads(snapshot: Snapshot, namespace: str) -> list[str]:
+    """GPU Deployments and StatefulSets of the namespace that no HPA or ScaledObject targets."""
+    targeted = {
+        (scale_target(o).kind, scale_target(o).name)
+        for o in [
+            *snapshot.in_namespace(HPA, namespace),
+            *snapshot.in_namespace(SCALED_OBJECT, namespace),
+        ]
+    }
+    return sorted(
+        f"{w.ref.kind} {w.ref.name}"
+        for w in [
+            *snapshot.in_namespace("Deployment", namespace),
+            *snapshot.in_namespace("StatefulSet", namespace),
+        ]
+        if (w.ref.kind, w.ref.name) not in targeted and any(t.requests_gpu for t in templates_of(w))
+    )
 
 
 def _target_problem(

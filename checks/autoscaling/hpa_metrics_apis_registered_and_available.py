@@ -15,7 +15,15 @@ from gpu_audit.api import (
     passed,
 )
 
-from ._common import APISERVICE, HPA, condition, hpa_metrics, owned_by_keda
+from ._common import (
+    APISERVICE,
+    HPA,
+    condition,
+    cpu_only_target,
+    for_target,
+    hpa_metrics,
+    owned_by_keda,
+)
 
 # The aggregated API group each metric type is read from.
 _GROUP_OF = {
@@ -50,6 +58,11 @@ _GROUP_OF = {
         no APIService objects (a Helm render cannot tell). Not flagged: groups an HPA does not
         use.
     """,
+    severity_evidence="""
+        High when no metric of the HPA can be read: it never scales. Medium when another of
+        its metrics APIs works: it scales up on those but skips every scale-down while one
+        metric fails. One step lower when the scale target is in the input and requests no GPU.
+    """,
     remediation="""
         # $kind $namespace/$name: $problem
         # (see what serves it: kubectl get apiservices | grep metrics.k8s.io)
@@ -70,6 +83,7 @@ _GROUP_OF = {
     references=(
         "https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#support-for-metrics-apis",
         "https://github.com/prometheus-operator/kube-prometheus/issues/1232",
+        "https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#algorithm-details",
         "https://keda.sh/docs/latest/concepts/scaling-deployments/",
     ),
 )
@@ -77,10 +91,21 @@ def hpa_metrics_apis_registered_and_available(snapshot: Snapshot) -> Iterator[Re
     services = snapshot.of(APISERVICE)
     for hpa in snapshot.of(HPA):
         groups = sorted({_GROUP_OF[m.type] for m in hpa_metrics(hpa) if m.type in _GROUP_OF})
-        for group in groups:
-            problem = _problem(hpa, group, [s for s in services if _group(s) == group])
+        problems = {g: _problem(hpa, g, [s for s in services if _group(s) == g]) for g in groups}
+        alone = all(problems.values())
+        severity, why = for_target(
+            Severity.HIGH if alone else Severity.MEDIUM, cpu_only_target(snapshot, hpa)
+        )
+        effect = "" if alone else "; it scales up on its other metrics but skips every scale-down"
+        for group, problem in problems.items():
             if problem:
-                yield failed(hpa, problem, path="spec.metrics", fix=_fix(hpa, group, problem))
+                yield failed(
+                    hpa,
+                    problem + effect + why,
+                    path="spec.metrics",
+                    severity=severity,
+                    fix=_fix(hpa, group, problem),
+                )
             else:
                 yield passed(hpa, f"{group} is registered", path="spec.metrics")
 

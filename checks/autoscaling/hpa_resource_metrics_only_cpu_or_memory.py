@@ -16,7 +16,15 @@ from gpu_audit.api import (
     passed,
 )
 
-from ._common import HPA, RESOURCE_METRICS, Metric, hpa_metrics, scale_target
+from ._common import (
+    HPA,
+    RESOURCE_METRICS,
+    Metric,
+    cpu_only_target,
+    for_target,
+    hpa_metrics,
+    scale_target,
+)
 
 
 @check(
@@ -35,11 +43,16 @@ from ._common import HPA, RESOURCE_METRICS, Metric, hpa_metrics, scale_target
     """,
     detection="""
         Every Resource and ContainerResource entry of spec.metrics whose resource name is not
-        cpu or memory. High when the HPA has no other usable metric, medium when another
-        metric still drives it (the controller scales on the metrics it can read). Not
-        flagged: cpu/memory metrics, autoscaling/v1 targetCPUUtilizationPercentage, HPAs
-        without metrics (CPU by default), and Pods/Object/External metrics such as a
-        DCGM_FI_DEV_GPU_UTIL series or the External metrics of KEDA-generated HPAs.
+        cpu or memory. Not flagged: cpu/memory metrics, autoscaling/v1
+        targetCPUUtilizationPercentage, HPAs without metrics (CPU by default), and
+        Pods/Object/External metrics such as a DCGM_FI_DEV_GPU_UTIL series or the External
+        metrics of KEDA-generated HPAs.
+    """,
+    severity_evidence="""
+        High when the HPA has no other usable metric: it never scales. Medium when another
+        metric still drives it: the controller scales up on the metrics it can read but skips
+        every scale-down while one metric fails, so GPU replicas are never released. One step
+        lower when the scale target is in the input and requests no GPU.
     """,
     remediation="""
         # $kind $namespace/$name: spec.metrics[$index] asks the resource metrics API for
@@ -66,6 +79,7 @@ from ._common import HPA, RESOURCE_METRICS, Metric, hpa_metrics, scale_target
     fix_kind=FixKind.MANIFEST,
     references=(
         "https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#support-for-metrics-apis",
+        "https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#algorithm-details",
         "https://github.com/kubernetes/kubernetes/issues/59633",
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-telemetry/latest/dcgm-exporter.html",
     ),
@@ -79,25 +93,31 @@ def hpa_resource_metrics_only_cpu_or_memory(snapshot: Snapshot) -> Iterator[Resu
         if not invalid:
             yield passed(hpa, "scales only on metrics its metrics APIs can serve")
             continue
-        severity = Severity.HIGH if len(invalid) == len(metrics) else Severity.MEDIUM
+        alone = len(invalid) == len(metrics)
+        severity, why = for_target(
+            Severity.HIGH if alone else Severity.MEDIUM, cpu_only_target(snapshot, hpa)
+        )
         for metric in invalid:
             yield failed(
                 hpa,
-                _message(metric, severity),
+                _message(metric, alone) + why,
                 path=metric.path,
                 severity=severity,
                 fix=_fix(hpa, metric),
             )
 
 
-def _message(metric: Metric, severity: Severity) -> str:
+def _message(metric: Metric, alone: bool) -> str:
     name = metric.resource_name
     text = f"{metric.type} metric {name!r} is not served by metrics.k8s.io (only cpu and memory)"
     if is_gpu_resource(name) or name.startswith(("nvidia.com/", "amd.com/")):
         text += "; GPU allocation is not a utilisation metric"
-    if severity is Severity.HIGH:
+    if alone:
         return text + "; the HPA has no other metric, so it never scales"
-    return text + "; the HPA scales on its other metrics only"
+    return (
+        text + "; the HPA scales up on its other metrics but skips every scale-down while "
+        "this one fails"
+    )
 
 
 def _fix(hpa: Resource, metric: Metric) -> dict[str, str]:

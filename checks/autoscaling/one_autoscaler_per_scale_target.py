@@ -15,7 +15,15 @@ from gpu_audit.api import (
     passed,
 )
 
-from ._common import HPA, SCALED_OBJECT, is_keda_hpa, keda_hpa_names, scale_target
+from ._common import (
+    HPA,
+    SCALED_OBJECT,
+    cpu_only_target,
+    for_target,
+    is_keda_hpa,
+    keda_hpa_names,
+    scale_target,
+)
 
 
 @check(
@@ -33,11 +41,18 @@ from ._common import HPA, SCALED_OBJECT, is_keda_hpa, keda_hpa_names, scale_targ
     """,
     detection="""
         Groups HPAs and ScaledObjects by namespace and scaleTargetRef kind/name (a
-        ScaledObject's kind defaults to Deployment) and fails every member of a group of two
-        or more. Not counted as a second owner: the HPA KEDA generates for a ScaledObject
-        (ScaledObject ownerReference, status.hpaName, the advanced.horizontalPodAutoscalerConfig
-        name, or keda-hpa-<name>), which also covers an HPA adopted with
-        scaledobject.keda.sh/transfer-hpa-ownership. VPAs are not replica owners.
+        ScaledObject's kind defaults to Deployment). In a group of two or more, the object to
+        change is reported: with a ScaledObject in the group, the other HPAs (KEDA's FAQ: fold
+        them into the ScaledObject), which passes; otherwise every member. Not counted as a
+        second owner: the HPA KEDA generates for a ScaledObject (ScaledObject ownerReference,
+        status.hpaName, the advanced.horizontalPodAutoscalerConfig name, or keda-hpa-<name>),
+        which also covers an HPA adopted with scaledobject.keda.sh/transfer-hpa-ownership.
+        VPAs are not replica owners.
+    """,
+    severity_evidence="""
+        High: two owners of one target is concrete, and current Kubernetes disables every HPA
+        whose pods overlap (ScalingActive=False, AmbiguousSelector). One step lower when the
+        scale target is in the input and requests no GPU.
     """,
     remediation="""
         # $kind $namespace/$name shares $target with $others: keep ONE autoscaler.
@@ -74,6 +89,7 @@ def one_autoscaler_per_scale_target(snapshot: Snapshot) -> Iterator[Result]:
             owners[_key(hpa)].append(hpa)
     for (_, kind, name), group in sorted(owners.items()):
         target = f"{kind} {name}"
+        keda = [o for o in group if o.ref.kind == SCALED_OBJECT]
         for owner in group:
             others = [o for o in group if o is not owner]
             if not others:
@@ -81,11 +97,20 @@ def one_autoscaler_per_scale_target(snapshot: Snapshot) -> Iterator[Result]:
                     owner, f"is the only autoscaler of {target}", path="spec.scaleTargetRef"
                 )
                 continue
+            if len(keda) == 1 and owner is keda[0]:
+                yield passed(
+                    owner,
+                    f"keeps {target}; the other autoscalers of it are reported",
+                    path="spec.scaleTargetRef",
+                )
+                continue
             listed = ", ".join(str(o.ref) for o in others)
+            severity, why = for_target(Severity.HIGH, cpu_only_target(snapshot, owner))
             yield failed(
                 owner,
-                f"autoscales {target} together with {listed}",
+                f"autoscales {target} together with {listed}{why}",
                 path="spec.scaleTargetRef",
+                severity=severity,
                 fix={"target": target, "target_name": name, "others": listed},
             )
 

@@ -39,3 +39,34 @@ def tenants_by_node(snapshot: Snapshot) -> dict[str, list[Resource]]:
         if isinstance(node, str) and node and pod_is_active(pod) and not is_node_agent(pod):
             out[node].append(pod)
     return out
+
+
+# Where a cloud node names its instance (spec.providerID) and the labels of node groups that an
+# autoscaler or its owner can shrink.
+_CLOUD_PROVIDER_IDS = (
+    "aws://",
+    "gce://",
+    "azure://",
+    "oci://",
+    "ibm://",
+    "alicloud://",
+    "hcloud://",
+)
+_NODE_GROUP_LABELS = (
+    "karpenter.sh/nodepool",
+    "eks.amazonaws.com/nodegroup",
+    "cloud.google.com/gke-nodepool",
+    "kubernetes.azure.com/agentpool",
+)
+
+
+def cloud_billed(node: Resource) -> str:
+    """Why the node is an hourly-billed instance that can be released, "" when the input does
+    not show it."""
+    for label in _NODE_GROUP_LABELS:
+        if label in node.labels:
+            return f"{label}={node.labels[label]}"
+    provider = str(node.spec.get("providerID") or "")
+    if provider.startswith(_CLOUD_PROVIDER_IDS):
+        return f"cloud instance {provider.split('://', 1)[0]}"
+    return ""

@@ -7,6 +7,7 @@ from gpu_audit.api import (
     MULTI_POD_JOB_TYPES,
     Category,
     FixKind,
+    ReplicaGroup,
     Resource,
     Result,
     Severity,
@@ -35,6 +36,13 @@ _DEFAULT_CLEAN_POD_POLICY = {
     "MPIJob.kubeflow.org": "None",
     "TFJob.kubeflow.org": "Running",
 }
+# Replica types that do not exit when the job is done: mpi-operator's workers run sshd until
+# they are deleted (the launcher's mpirun reaches them over ssh), TensorFlow parameter servers
+# and evaluators serve until they are killed. Other replicas exit with the training script.
+_WAITING_REPLICAS = {
+    "MPIJob.kubeflow.org": frozenset({"worker"}),
+    "TFJob.kubeflow.org": frozenset({"ps", "evaluator"}),
+}
 
 
 @check(
@@ -58,7 +66,14 @@ _DEFAULT_CLEAN_POD_POLICY = {
         Running pods, every GPU container has terminated while another regular container still
         runs. Static: a Kubeflow job with more than one replica type whose effective
         cleanPodPolicy is None (explicit, or unset on PyTorchJob and MPIJob; TFJob defaults to
-        Running) fails medium. Terminal pods hold no node resources and are never counted.
+        Running) fails. Terminal pods hold no node resources and are never counted.
+    """,
+    severity_evidence="""
+        High when the input shows GPUs held: a finished job's Pending or Running GPU pods, or a
+        batch Job pod whose GPU containers ended while a sidecar runs. A cleanPodPolicy of None
+        is medium when a GPU replica type never exits by itself (MPIJob workers run sshd until
+        deleted; TFJob PS and Evaluator serve until killed), low otherwise (PyTorchJob workers
+        end with the training script; only a hung one is left behind).
     """,
     remediation="""
         # $kind $namespace/$name: $problem
@@ -95,6 +110,8 @@ _DEFAULT_CLEAN_POD_POLICY = {
         "https://github.com/kubeflow/training-operator/blob/c3ed7818a0c1cf03a4255d199068a5e7ea8e0615/pkg/apis/kubeflow.org/v1/tensorflow_defaults.go",
         "https://github.com/kubeflow/mpi-operator/blob/0b32af39c362408a3c64003419ed3e2271d1eb77/pkg/apis/kubeflow/v2beta1/default.go",
         "https://github.com/kubeflow/trainer/issues/774",
+        "https://github.com/kubeflow/trainer/issues/1982",
+        "https://github.com/kubeflow/mpi-operator/blob/master/examples/v2beta1/pi/pi.yaml",
         "https://kubernetes.io/docs/concepts/workloads/pods/sidecar-containers/",
     ),
 )
@@ -107,7 +124,7 @@ def finished_jobs_release_gpus(snapshot: Snapshot) -> Iterator[Result]:
             continue
         result = _leftovers(snapshot, job) or _sidecar_keeps_alive(snapshot, job)
         if result is None and job.ref.kind in KUBEFLOW_REPLICA_KEYS:
-            result = _clean_pod_policy(job, len(groups))
+            result = _clean_pod_policy(job, groups)
         if result is not None:
             yield result
 
@@ -168,19 +185,30 @@ def _sidecar_keeps_alive(snapshot: Snapshot, job: Resource) -> Result | None:
     return None
 
 
-def _clean_pod_policy(job: Resource, replica_types: int) -> Result:
+def _clean_pod_policy(job: Resource, groups: tuple[ReplicaGroup, ...]) -> Result:
     run_policy = as_mapping(job.spec.get("runPolicy"))
     policy = str(
         run_policy.get("cleanPodPolicy") or _DEFAULT_CLEAN_POD_POLICY.get(job.ref.kind, "None")
     )
-    if policy == "None" and replica_types > 1:
+    if policy == "None" and len(groups) > 1:
         where = "set to None" if run_policy.get("cleanPodPolicy") else "unset (defaults to None)"
+        waiting = _WAITING_REPLICAS.get(job.ref.kind, frozenset())
+        stay = sorted(g.name for g in groups if g.gpu and g.name.lower() in waiting)
+        if stay:
+            consequence = (
+                f"its {', '.join(stay)} GPU pods do not exit by themselves and keep their GPUs "
+                "after the job finishes, until someone deletes them"
+            )
+        else:
+            consequence = (
+                "a replica still running when the job finishes (a hung worker) keeps its "
+                "pod and GPUs"
+            )
         return failed(
             job,
-            f"has runPolicy.cleanPodPolicy {where}: when the job finishes, its other "
-            "replicas' pods keep running and holding GPUs",
+            f"has runPolicy.cleanPodPolicy {where}: {consequence}",
             path="spec.runPolicy.cleanPodPolicy",
-            severity=Severity.MEDIUM,
+            severity=Severity.MEDIUM if stay else Severity.LOW,
             fix={"problem": "pods are kept after the job finishes", "snippet": _policy_snippet()},
         )
     return passed(job, f"cleans up its pods when it finishes (cleanPodPolicy {policy})")

@@ -12,6 +12,8 @@ from gpu_audit.api import (
     as_mapping,
     check,
     failed,
+    gpu_quantities,
+    has_resource_status,
     nodepool_gpu_scope,
     owner_kinds,
     passed,
@@ -30,7 +32,7 @@ Problem = tuple[Severity, str, str, str]
     id="GPU-COST-003",
     title="Karpenter NodePools that can launch GPU instances are bounded and remove idle nodes",
     category=Category.COST,
-    severity=Severity.HIGH,
+    severity=Severity.MEDIUM,
     requires=(NODEPOOL,),
     rationale="""
         A NodePool without spec.limits lets one runaway job or mis-set replica count launch
@@ -40,15 +42,22 @@ Problem = tuple[Severity, str, str, str]
         training runs unless their pods opt out with karpenter.sh/do-not-disrupt.
     """,
     detection="""
-        Karpenter NodePools whose requirements allow GPU instance types (only GPU types: high;
-        requirements that do not exclude them: medium). Static NodePools (spec.replicas) are
-        already bounded and skip the limits and consolidation parts. Fails when spec.limits is
+        Karpenter NodePools whose requirements allow GPU instance types (only GPU types, or
+        requirements that do not exclude them). Static NodePools (spec.replicas) are already
+        bounded and skip the limits and consolidation parts. Fails when spec.limits is
         missing or empty; when disruption.consolidateAfter is Never; when a budget allows 0
         nodes with no schedule and no reasons (or the Empty reason). Live: GPU pods of
         training jobs (Job, PyTorchJob, TFJob, MPIJob, TrainJob owners) on nodes of a pool
         whose consolidationPolicy repacks nodes (WhenEmptyOrUnderutilized by default,
-        WhenUnderutilized, Balanced) without karpenter.sh/do-not-disrupt fail low. Limits with
+        WhenUnderutilized, Balanced) without karpenter.sh/do-not-disrupt fail. Limits with
         only cpu/memory pass: they bound GPUs indirectly.
+    """,
+    severity_evidence="""
+        No limits: medium on a pool that launches only GPU instances (nothing else caps how
+        many), low on one that merely can. Never removing empty nodes (consolidateAfter Never,
+        a 0-node budget): medium when a live node of the pool in the input advertises GPUs
+        that no pod requests, low otherwise (often deliberate for slow-starting GPU nodes).
+        Training pods a repacking policy may evict: low.
     """,
     remediation="""
         # $kind $name: $problem
@@ -90,7 +99,8 @@ def gpu_nodepools_bounded_and_consolidated(snapshot: Snapshot) -> Iterator[Resul
         scope = nodepool_gpu_scope(pool)
         if scope == "none":
             continue
-        problems = list(_config_problems(pool, scope)) + list(
+        idle = _idle_nodes(snapshot, pool, tenants)
+        problems = list(_config_problems(pool, scope, idle)) + list(
             _training_at_risk(snapshot, pool, tenants)
         )
         if not problems:
@@ -110,23 +120,42 @@ def gpu_nodepools_bounded_and_consolidated(snapshot: Snapshot) -> Iterator[Resul
         )
 
 
-def _config_problems(pool: Resource, scope: str) -> Iterator[Problem]:
+def _idle_nodes(
+    snapshot: Snapshot, pool: Resource, tenants: dict[str, list[Resource]]
+) -> list[str]:
+    """Live nodes of the pool that advertise GPUs no pod requests."""
+    return sorted(
+        node.ref.name
+        for node in snapshot.with_label("Node", "karpenter.sh/nodepool", pool.ref.name)
+        if has_resource_status(node)
+        and sum(gpu_quantities(node, "allocatable").values()) > 0
+        and not any(pod_gpus(p) > 0 for p in tenants.get(node.ref.name, []))
+    )
+
+
+def _config_problems(pool: Resource, scope: str, idle: list[str]) -> Iterator[Problem]:
     spec = pool.spec
     if spec.get("replicas") is not None:
         return  # static pool: fixed size, only limits.nodes allowed, no consolidation
     what = "launches only GPU instances" if scope == "only" else "can launch GPU instances"
     if not as_mapping(spec.get("limits")):
         yield (
-            Severity.HIGH if scope == "only" else Severity.MEDIUM,
+            Severity.MEDIUM if scope == "only" else Severity.LOW,
             f"{what} and has no spec.limits: nothing caps how many it creates",
             "spec.limits",
             'spec:\n  limits:\n    nvidia.com/gpu: "32"   # the team\'s GPU budget\n    cpu: "1000"',
         )
     disruption = as_mapping(spec.get("disruption"))
+    kept = Severity.MEDIUM if idle else Severity.LOW
+    seen = (
+        f" (now: {', '.join(idle[:3])}{' and more' if len(idle) > 3 else ''} with GPUs no pod requests)"
+        if idle
+        else ""
+    )
     if str(disruption.get("consolidateAfter", "")) == "Never":
         yield (
-            Severity.MEDIUM,
-            "has consolidateAfter Never: empty GPU nodes are never removed",
+            kept,
+            f"has consolidateAfter Never: empty GPU nodes are never removed{seen}",
             "spec.disruption.consolidateAfter",
             "spec:\n  disruption:\n    consolidationPolicy: WhenEmpty\n    consolidateAfter: 10m",
         )
@@ -139,9 +168,9 @@ def _config_problems(pool: Resource, scope: str) -> Iterator[Problem]:
             and blocks_empty
         ):
             yield (
-                Severity.MEDIUM,
+                kept,
                 f"disruption budget {index} allows 0 nodes at all times: empty GPU nodes are "
-                "never removed",
+                f"never removed{seen}",
                 f"spec.disruption.budgets[{index}]",
                 'spec:\n  disruption:\n    budgets:\n      - nodes: "10%"\n'
                 '      - nodes: "0"                 # freeze only in business hours\n'

@@ -20,14 +20,14 @@ from gpu_audit.api import (
     node_taints,
     passed,
 )
-from gpu_audit.checks.cost._common import pod_gpus, tenants_by_node
+from gpu_audit.checks.cost._common import cloud_billed, pod_gpus, tenants_by_node
 
 
 @check(
     id="GPU-COST-001",
     title="GPU nodes are kept busy by GPU pods, not by CPU-only tenants",
     category=Category.COST,
-    severity=Severity.HIGH,
+    severity=Severity.MEDIUM,
     requires=("Node", "Pod"),
     rationale="""
         A GPU node is billed at GPU prices whatever runs on it. When its only tenants request
@@ -39,11 +39,18 @@ from gpu_audit.checks.cost._common import pod_gpus, tenants_by_node
         Ready, schedulable GPU nodes with live status showing allocatable GPUs (whole, shared or
         MIG units, so time-sliced replicas count as advertised), that are not draining
         (lifecycle taints such as karpenter.sh/disrupted) or still joining. Tenants are the
-        bound, non-terminal Pods on the node other than DaemonSet and static pods. Fails high
-        when there are tenants and none requests a GPU; fails low when there are no tenants
-        (unrequested now: a single dump cannot tell how long, so compare with a later scan).
-        "Unused" means unrequested, not low utilisation, which needs DCGM metrics. The taint
-        that keeps CPU pods off GPU nodes is GPU-NODE-005's.
+        bound, non-terminal Pods on the node other than DaemonSet and static pods. Fails when
+        there are tenants and none requests a GPU, and when there are no tenants (unrequested
+        now: a single dump cannot tell how long, so compare with a later scan). "Unused" means
+        unrequested, not low utilisation, which needs DCGM metrics. The taint that keeps CPU
+        pods off GPU nodes is GPU-NODE-005's.
+    """,
+    severity_evidence="""
+        Medium when CPU-only tenants hold a GPU node that is billed by the hour and can be
+        released: a cloud node (spec.providerID aws://, gce://, azure://, ...) or one of a
+        Karpenter NodePool or managed node group; the CPU pods are what keeps it. Low on other
+        nodes (on-premises GPUs cost the same whether CPU pods use them or not), and low for a
+        node with no tenant at all (one dump cannot tell for how long).
     """,
     remediation="""
         # $kind $name: $problem
@@ -86,10 +93,16 @@ def _verdict(node: Resource, pods: list[Resource], requested: Decimal, units: De
     if pods and requested == 0:
         names = ", ".join(str(p.ref) for p in pods[:3])
         more = f" and {len(pods) - 3} more" if len(pods) > 3 else ""
+        billed = cloud_billed(node)
+        consequence = (
+            f"they keep the GPU node ({billed}) and its bill alive"
+            if billed
+            else "no sign that the node is billed by the hour or could be released"
+        )
         return failed(
             node,
-            f"has {total} allocatable GPUs but only CPU pods: {names}{more}; they keep the "
-            "GPU node (and its bill) alive",
+            f"has {total} allocatable GPUs but only CPU pods: {names}{more}; {consequence}",
+            severity=Severity.MEDIUM if billed else Severity.LOW,
             fix={
                 "problem": "CPU-only tenants on a GPU node",
                 "command": f"taint nodes {node.ref.name} nvidia.com/gpu=present:NoSchedule "

@@ -53,11 +53,18 @@ _SERVING_KINDS = ("Deployment", "StatefulSet")
         without spot; unset means on-demand only), or a GPU node is a Karpenter spot node on
         AWS, the Karpenter controller Deployment (when it is in the input) must have a
         non-empty INTERRUPTION_QUEUE (or legacy AWS_INTERRUPTION_QUEUE_NAME) env, or
-        aws-node-termination-handler must run (queue mode preferred); otherwise it fails high.
+        aws-node-termination-handler must run (queue mode preferred); otherwise it fails.
         EKS managed node groups, GKE and AKS spot nodes are drained by the provider and are
-        not judged. Spot serving: GPU Deployments and StatefulSets pinned to spot fail medium
-        with fewer than 2 replicas (an HPA's minReplicas counts) or, when PodDisruptionBudgets
-        are in the input, with none selecting their pods. Training on spot is GPU-DIST-005's.
+        not judged. Spot serving: GPU Deployments and StatefulSets pinned to spot fail with
+        fewer than 2 replicas (an HPA's minReplicas counts) or, when PodDisruptionBudgets are
+        in the input, with none selecting their pods. Training on spot is GPU-DIST-005's.
+    """,
+    severity_evidence="""
+        No interruption handling: high when GPU nodes of Karpenter on AWS run on spot now (the
+        input shows them), medium when a NodePool only allows spot GPU capacity. Spot GPU
+        serving with fewer than 2 replicas: medium (every reclaim is an outage); with
+        replicas but no PodDisruptionBudget: low (a drain may take them all at once, but a
+        reclaim takes only one node).
     """,
     remediation="""
         # $kind $namespace/$name: $problem
@@ -98,8 +105,8 @@ def spot_gpu_capacity_handles_interruptions(snapshot: Snapshot) -> Iterator[Resu
 
 
 def _interruption_handling(snapshot: Snapshot) -> Result | None:
-    spot = [p.ref.name for p in snapshot.of(NODEPOOL) if _aws_gpu_spot_pool(p)]
-    spot += [n.ref.name for n in gpu_hosts(snapshot) if _aws_karpenter_spot_node(n)]
+    nodes = [n.ref.name for n in gpu_hosts(snapshot) if _aws_karpenter_spot_node(n)]
+    spot = [p.ref.name for p in snapshot.of(NODEPOOL) if _aws_gpu_spot_pool(p)] + nodes
     controller = next((d for d in snapshot.of("Deployment") if _is_karpenter(d)), None)
     if not spot or controller is None:
         return None
@@ -111,10 +118,16 @@ def _interruption_handling(snapshot: Snapshot) -> Result | None:
     if handlers:
         mode = "queue" if any(_env_value(h, _NTH_QUEUE_ENV) for h in handlers) else "IMDS"
         return passed(controller, f"relies on aws-node-termination-handler ({mode} mode)")
+    now = (
+        f" (spot GPU nodes now: {', '.join(sorted(nodes)[:3])})"
+        if nodes
+        else " (no spot GPU node in the input yet)"
+    )
     return failed(
         controller,
         f"has no INTERRUPTION_QUEUE while {what} can run GPUs on spot: reclaimed nodes are "
-        "terminated without cordon and drain, so GPU pods get no time to checkpoint",
+        f"terminated without cordon and drain, so GPU pods get no time to checkpoint{now}",
+        severity=Severity.HIGH if nodes else Severity.MEDIUM,
         fix={
             "problem": "no spot interruption handling",
             "snippet": "helm upgrade karpenter oci://public.ecr.aws/karpenter/karpenter "
@@ -199,7 +212,7 @@ def _judge_serving(snapshot: Snapshot, template: PodTemplate) -> Result:
     return failed(
         template,
         "; ".join(problems),
-        severity=Severity.MEDIUM,
+        severity=Severity.MEDIUM if replicas < 2 else Severity.LOW,
         fix={"problem": problems[0], "snippet": _serving_snippet(template)},
     )
 

@@ -1,14 +1,17 @@
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from gpu_audit.api import (
     Category,
     FixKind,
+    Resource,
     Result,
     Severity,
     Snapshot,
     as_list,
     as_mapping,
     check,
+    count_field,
     failed,
     passed,
     runs_on_spot,
@@ -17,7 +20,13 @@ from gpu_audit.checks.distributed._common import (
     KUBEFLOW_TYPES,
     TRAINING_TYPES,
     TrainingJob,
+    crash_looping,
     gpu_training_jobs,
+    is_finished,
+    pod_requests_gpu,
+    pods_of,
+    restart_count,
+    was_disrupted,
 )
 
 _RESTARTING = frozenset({"OnFailure", "Always", "ExitCode"})
@@ -25,13 +34,17 @@ _RESTARTING = frozenset({"OnFailure", "Always", "ExitCode"})
 _NEVER_RESTART = (
     "\ntemplate:\n  spec:\n    restartPolicy: Never   # podFailurePolicy rejects OnFailure"
 )
+# Failed pods plus container restarts from which a job still running counts as churning: the
+# catalogue's CrashLoopBackOff escalation starts at 5 restarts; 3 failures already show a loop.
+_CHURN = 3
+_DEFAULT_BACKOFF_LIMIT = 6
 
 
 @check(
     id="GPU-DIST-004",
     title="GPU training jobs bound their runtime and retries, and disruptions do not burn retries",
     category=Category.DISTRIBUTED,
-    severity=Severity.MEDIUM,
+    severity=Severity.LOW,
     requires=(TRAINING_TYPES,),
     rationale="""
         A hung NCCL collective or a crash loop keeps every GPU of a job busy until someone
@@ -43,10 +56,21 @@ _NEVER_RESTART = (
     detection="""
         Jobs, CronJobs, PyTorchJobs, MPIJobs and Volcano Jobs with GPU pod templates: no
         activeDeadlineSeconds on the Job (runPolicy for Kubeflow, or on every GPU pod template,
-        the only bound Volcano offers) fails medium. Kubeflow jobs whose replicas restart
-        (OnFailure, Always, ExitCode) without runPolicy.backoffLimit fail low. batch/v1 Jobs
-        that can run on spot nodes without a podFailurePolicy rule ignoring DisruptionTarget
-        fail low. Serving Deployments are out of scope; suspended (Kueue) jobs are still judged.
+        the only bound Volcano offers); Kubeflow jobs whose replicas restart (OnFailure,
+        Always, ExitCode) without runPolicy.backoffLimit; batch/v1 Jobs that can run on spot
+        nodes without a podFailurePolicy rule ignoring DisruptionTarget. Each fails low, as
+        hygiene, unless the input shows it biting (see Severity). Jobs whose controller is in
+        the input (a JobSet's Jobs, an MPIJob's launcher) are not judged on their own: the
+        controller's template sets these fields.
+        Serving Deployments are out of scope; suspended (Kueue) jobs are still judged.
+    """,
+    severity_evidence="""
+        Low without evidence: a job with no deadline or retry bound is only at risk. Medium when
+        the input shows the gap biting: the job is still running after 3 or more pod failures
+        or container restarts (CrashLoopBackOff) and nothing bounds it (no deadline; for
+        Kubeflow, no backoffLimit either); or, on spot nodes, backoffLimit 0 (the first
+        reclaim fails the Job) or a failed pod with a DisruptionTarget condition (a
+        disruption was already counted as a failure).
     """,
     remediation="""
         # $kind $namespace/$name: $problem
@@ -83,13 +107,16 @@ _NEVER_RESTART = (
     references=(
         "https://kubernetes.io/docs/concepts/workloads/controllers/job/#job-termination-and-cleanup",
         "https://kubernetes.io/docs/tasks/job/pod-failure-policy/",
+        "https://kubernetes.io/docs/concepts/workloads/pods/disruptions/#pod-disruption-conditions",
+        "https://github.com/kelos-dev/kelos/issues/522",
         "https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-replacement-policy",
         "https://github.com/kubeflow/training-operator/blob/6523d8d2b7a27f1140a05971843cc4da7523694f/sdk/python/docs/V1RunPolicy.md",
     ),
 )
 def gpu_jobs_bound_retries_and_runtime(snapshot: Snapshot) -> Iterator[Result]:
     for job in gpu_training_jobs(snapshot):
-        problems = list(_problems(job))
+        evidence = _evidence(snapshot, job)
+        problems = list(_problems(job, evidence))
         if not problems:
             yield passed(job.resource, "has a runtime bound and bounded retries")
             continue
@@ -98,7 +125,7 @@ def gpu_jobs_bound_retries_and_runtime(snapshot: Snapshot) -> Iterator[Result]:
             job.resource,
             "; ".join(p[1] for p in problems),
             path=worst[2],
-            severity=None if worst[0] is Severity.MEDIUM else worst[0],
+            severity=None if worst[0] is Severity.LOW else worst[0],
             fix={"problem": worst[1], "snippet": worst[3]},
         )
 
@@ -106,15 +133,65 @@ def gpu_jobs_bound_retries_and_runtime(snapshot: Snapshot) -> Iterator[Result]:
 Problem = tuple[Severity, str, str, str]
 
 
-def _problems(job: TrainingJob) -> Iterator[Problem]:
+@dataclass(frozen=True, slots=True)
+class _Evidence:
+    """What the job's status and pods in the input show: failures so far, disruptions."""
+
+    failures: int  # failed pods and container restarts
+    disrupted_failures: int  # failed pods with a DisruptionTarget condition
+    running: bool
+
+    @property
+    def churning(self) -> bool:
+        return self.running and self.failures >= _CHURN
+
+
+def _evidence(snapshot: Snapshot, job: TrainingJob) -> _Evidence:
+    pods = [p for p in pods_of(snapshot, job.resource) if pod_requests_gpu(p)]
+    failed_pods = [p for p in pods if p.status.get("phase") == "Failed"]
+    failures = max(_status_failures(job.resource), len(failed_pods))
+    failures += sum(restart_count(p) for p in pods)
+    if any(crash_looping(p) for p in pods):
+        failures = max(failures, _CHURN)
+    running = not is_finished(job.resource) and (
+        any(p.status.get("phase") in ("Running", "Pending") for p in pods)
+        or _status_active(job.resource)
+    )
+    return _Evidence(failures, sum(1 for p in failed_pods if was_disrupted(p)), running)
+
+
+def _status_failures(job: Resource) -> int:
+    """status.failed of a batch Job, or the sum of replicaStatuses[*].failed (Kubeflow)."""
+    total = count_field(job.status.get("failed"), 0)
+    for replica in as_mapping(job.status.get("replicaStatuses")).values():
+        total += count_field(as_mapping(replica).get("failed"), 0)
+    return total
+
+
+def _status_active(job: Resource) -> bool:
+    if count_field(job.status.get("active"), 0) > 0:
+        return True
+    return any(
+        count_field(as_mapping(r).get("active"), 0) > 0
+        for r in as_mapping(job.status.get("replicaStatuses")).values()
+    )
+
+
+def _churn_note(evidence: _Evidence) -> str:
+    return f"; it has failed or restarted {evidence.failures} times and is still holding its GPUs"
+
+
+def _problems(job: TrainingJob, evidence: _Evidence) -> Iterator[Problem]:
     if job.kind in KUBEFLOW_TYPES:
-        yield from _kubeflow_problems(job)
+        yield from _kubeflow_problems(job, evidence)
         return
     if job.kind == "Job.batch.volcano.sh":
         if not _every_pod_has_deadline(job):
+            churn = evidence.churning
             yield (
-                Severity.MEDIUM,
-                "no activeDeadlineSeconds on its GPU task templates: a hung job holds its GPUs",
+                Severity.MEDIUM if churn else Severity.LOW,
+                "no activeDeadlineSeconds on its GPU task templates: a hung job holds its GPUs"
+                + (_churn_note(evidence) if churn else ""),
                 "spec.tasks",
                 "spec:\n  tasks:\n    - template:\n        spec:\n"
                 "          activeDeadlineSeconds: 86400",
@@ -123,9 +200,11 @@ def _problems(job: TrainingJob) -> Iterator[Problem]:
     spec = job.job_spec
     base = job.job_spec_path
     if spec.get("activeDeadlineSeconds") is None and not _every_pod_has_deadline(job):
+        churn = evidence.churning
         yield (
-            Severity.MEDIUM,
-            "no activeDeadlineSeconds: a hung job holds its GPUs until someone notices",
+            Severity.MEDIUM if churn else Severity.LOW,
+            "no activeDeadlineSeconds: a hung job holds its GPUs until someone notices"
+            + (_churn_note(evidence) if churn else ""),
             f"{base}.activeDeadlineSeconds",
             _job_snippet(job, "activeDeadlineSeconds: 86400"),
         )
@@ -137,32 +216,46 @@ def _problems(job: TrainingJob) -> Iterator[Problem]:
         )
         if any(t.spec.get("restartPolicy") == "OnFailure" for t in job.templates):
             policy += _NEVER_RESTART
-        yield (
-            Severity.LOW,
-            "runs on spot nodes but each interruption counts against backoffLimit",
-            f"{base}.podFailurePolicy",
-            _job_snippet(job, policy),
-        )
+        limit = count_field(spec.get("backoffLimit"), _DEFAULT_BACKOFF_LIMIT)
+        message = "runs on spot nodes but each interruption counts against backoffLimit"
+        severity = Severity.LOW
+        if evidence.disrupted_failures:
+            severity = Severity.MEDIUM
+            message += (
+                f" ({evidence.disrupted_failures} disrupted pod"
+                f"{'s' if evidence.disrupted_failures > 1 else ''} already counted as failed)"
+            )
+        elif limit == 0 and job.kind == "Job":
+            severity = Severity.MEDIUM
+            message += " (backoffLimit 0: the first reclaim fails the whole Job)"
+        yield (severity, message, f"{base}.podFailurePolicy", _job_snippet(job, policy))
 
 
-def _kubeflow_problems(job: TrainingJob) -> Iterator[Problem]:
+def _kubeflow_problems(job: TrainingJob, evidence: _Evidence) -> Iterator[Problem]:
     run_policy = as_mapping(job.resource.spec.get("runPolicy"))
-    if run_policy.get("activeDeadlineSeconds") is None and not _every_pod_has_deadline(job):
-        yield (
-            Severity.MEDIUM,
-            "no runPolicy.activeDeadlineSeconds: a hung job holds its GPUs until someone notices",
-            "spec.runPolicy.activeDeadlineSeconds",
-            "spec:\n  runPolicy:\n    activeDeadlineSeconds: 86400\n    backoffLimit: 3",
-        )
     key = "pytorchReplicaSpecs" if job.kind.startswith("PyTorchJob") else "mpiReplicaSpecs"
     restarting = [
         str(name)
         for name, replica in as_mapping(job.resource.spec.get(key)).items()
         if str(as_mapping(replica).get("restartPolicy", "")) in _RESTARTING
     ]
-    if restarting and run_policy.get("backoffLimit") is None:
+    unbounded_retries = bool(restarting) and run_policy.get("backoffLimit") is None
+    no_deadline = run_policy.get("activeDeadlineSeconds") is None and not _every_pod_has_deadline(
+        job
+    )
+    # Kubeflow retries forever without backoffLimit: churn with neither bound is medium.
+    churn = evidence.churning and no_deadline and unbounded_retries
+    if no_deadline:
         yield (
-            Severity.LOW,
+            Severity.MEDIUM if churn else Severity.LOW,
+            "no runPolicy.activeDeadlineSeconds: a hung job holds its GPUs until someone notices"
+            + (_churn_note(evidence) if churn else ""),
+            "spec.runPolicy.activeDeadlineSeconds",
+            "spec:\n  runPolicy:\n    activeDeadlineSeconds: 86400\n    backoffLimit: 3",
+        )
+    if unbounded_retries:
+        yield (
+            Severity.MEDIUM if churn else Severity.LOW,
             f"replicas {', '.join(sorted(restarting))} restart without runPolicy.backoffLimit",
             "spec.runPolicy.backoffLimit",
             "spec:\n  runPolicy:\n    backoffLimit: 3",

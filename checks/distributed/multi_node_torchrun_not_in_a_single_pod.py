@@ -12,18 +12,29 @@ from gpu_audit.api import (
     Severity,
     Snapshot,
     as_list,
+    as_mapping,
     check,
     failed,
     format_quantity,
     passed,
     pod_templates,
 )
+from gpu_audit.checks.distributed._common import has_controller
 
 _LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 # Controllers that start one pod per node and hand each its rank and rendezvous address.
 _MULTI_POD_KINDS = frozenset(
-    {"PyTorchJob.kubeflow.org", "MPIJob.kubeflow.org", "Job.batch.volcano.sh"}
+    {
+        "PyTorchJob.kubeflow.org",
+        "MPIJob.kubeflow.org",
+        "Job.batch.volcano.sh",
+        "JobSet.jobset.x-k8s.io",
+        "LeaderWorkerSet.leaderworkerset.x-k8s.io",
+    }
 )
+# Rendezvous backends served by a store outside the pods (an etcd cluster): the agents of
+# identical replicas join it and get their ranks from it, no pod needs to be the host.
+_EXTERNAL_RDZV = frozenset({"etcd", "etcd-v2"})
 _VARIABLE = re.compile(r"^\$\(?\{?([A-Za-z_][A-Za-z0-9_]*)\)?\}?$")
 
 
@@ -45,7 +56,16 @@ _VARIABLE = re.compile(r"^\$\(?\{?([A-Za-z_][A-Za-z0-9_]*)\)?\}?$")
         resolving $VAR from the container's env and skipping unresolved values. More than one
         node fails unless the template belongs to a PyTorchJob, MPIJob or Volcano Job, an
         Indexed Job with parallelism >= N, or a StatefulSet with replicas >= N. --standalone
-        and --nnodes=1 pass.
+        and --nnodes=1 pass, and so do replicas >= N of a Deployment or StatefulSet that
+        rendezvous through etcd (--rdzv_backend etcd/etcd-v2: ranks come from the store),
+        JobSet and LeaderWorkerSet templates (the controller starts one pod per node), and
+        Pods whose controller is not in the input (they are one pod of several).
+    """,
+    severity_evidence="""
+        High whenever it fails: the template itself shows torchrun waiting for N node agents
+        that this owner never starts (one pod), or starts with no distinct rank and no shared
+        store, so the job blocks in rendezvous holding its GPUs. There is nothing to weigh:
+        the launch cannot succeed as written.
     """,
     remediation="""
         # $kind $namespace/$name: run one pod per node under a controller that sets the rank
@@ -78,12 +98,15 @@ _VARIABLE = re.compile(r"^\$\(?\{?([A-Za-z_][A-Za-z0-9_]*)\)?\}?$")
     fix_kind=FixKind.MANIFEST,
     references=(
         "https://docs.pytorch.org/docs/stable/elastic/run.html",
+        "https://github.com/kubernetes-sigs/jobset/blob/main/site/static/examples/simple/jobset-with-network.yaml",
         "https://kubernetes.io/docs/tasks/job/job-with-pod-to-pod-communication/",
         "https://github.com/kubeflow/training-operator/blob/1417bbc35b6e7840b3ecab1cec17dbf553ad9e85/pkg/controller.v1/pytorch/envvar.go",
     ),
 )
 def multi_node_torchrun_not_in_a_single_pod(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):
+        if template.owner.ref.kind == "Pod" and has_controller(template.owner):
+            continue  # one pod of a controller that is not in the input: judged with it
         for container in template.containers():
             nnodes = _nnodes(container)
             if nnodes is not None:
@@ -139,6 +162,15 @@ def _judge(template: PodTemplate, container: Container, nnodes: int) -> Result:
         return passed(container, f"runs {nnodes}-node torchrun as an Indexed Job")
     if kind == "StatefulSet" and _count(spec.get("replicas")) >= nnodes:
         return passed(container, f"runs {nnodes}-node torchrun on {nnodes}+ StatefulSet pods")
+    backend = _rdzv_backend(container)
+    if (
+        kind in ("Deployment", "ReplicaSet")
+        and backend in _EXTERNAL_RDZV
+        and _count(spec.get("replicas")) >= nnodes
+    ):
+        return passed(
+            container, f"runs {nnodes}-node torchrun on {nnodes}+ replicas through {backend}"
+        )
     reason = (
         "its replicas share identical args, with no stable node rank or rendezvous host"
         if kind in ("Deployment", "ReplicaSet", "StatefulSet")
@@ -153,6 +185,16 @@ def _judge(template: PodTemplate, container: Container, nnodes: int) -> Result:
             **_gpu_fix(container),
         },
     )
+
+
+def _rdzv_backend(container: Container) -> str:
+    tokens = _tokens(container)
+    for index, token in enumerate(tokens):
+        if token.startswith(("--rdzv_backend=", "--rdzv-backend=")):
+            return token.split("=", 1)[1]
+        if token in ("--rdzv_backend", "--rdzv-backend") and index + 1 < len(tokens):
+            return tokens[index + 1]
+    return str(as_mapping(container.env().get("PET_RDZV_BACKEND")).get("value", ""))
 
 
 def _count(value: object) -> int:

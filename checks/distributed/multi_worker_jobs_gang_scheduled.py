@@ -1,6 +1,7 @@
+import json
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpu_audit.api import (
     KUBEFLOW_REPLICA_KEYS,
@@ -17,20 +18,31 @@ from gpu_audit.api import (
     as_mapping,
     check,
     containers,
-    controller_owner,
     count_field,
     failed,
     passed,
+    relate,
     replica_groups,
     template_spec,
+    templates_of,
 )
 from gpu_audit.checks.distributed._common import (
+    cluster_gpus,
     gpu_pods,
+    is_scheduled,
+    is_unschedulable,
+    job_gpus,
+    launch_tokens,
+    managing_owner,
+    pod_gpus,
+    pod_requests_gpu,
+    pods_of,
     total_pods,
 )
 
 TRAINJOB = "TrainJob.trainer.kubeflow.org"
-GANG_TYPES = (*KUBEFLOW_REPLICA_KEYS, VOLCANO_JOB, "Job", TRAINJOB)
+JOBSET = "JobSet.jobset.x-k8s.io"
+GANG_TYPES = (*KUBEFLOW_REPLICA_KEYS, VOLCANO_JOB, "Job", JOBSET, TRAINJOB)
 
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 LOCAL_QUEUE = "LocalQueue.kueue.x-k8s.io"
@@ -51,15 +63,68 @@ _MPI_GANG_FLAG = re.compile(r"^--gang-scheduling(?:=(.*))?$")
 _PEER_HINTS = ("MASTER_ADDR", "rdzv", "--master_addr", "--master-addr", "--nnodes")
 
 
+_NNODES_RANGE = re.compile(r"^(\d+):(\d+)$")
+_WAIT_FOR_WORKERS = "WaitForWorkersReady"
+
+
 @dataclass(frozen=True, slots=True)
 class Gang:
     """How a job is gang-scheduled: the mechanism, and the minimum group size (None when the
     mechanism always takes the whole job). `missing` is set when the declared group object
-    does not exist."""
+    does not exist. `operator_group` is set when the operator creates the group (its flag),
+    `ignored` when the job asks for a group its operator will not create."""
 
     how: str
     minimum: int | None = None
     missing: str = ""
+    operator_group: bool = False
+    ignored: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """What the job's GPU pods in the input show: scheduled, and Pending as unschedulable."""
+
+    scheduled: int = 0
+    unschedulable: int = 0
+
+    @property
+    def partial(self) -> bool:
+        return self.scheduled > 0 and self.unschedulable > 0
+
+    def describe(self) -> str:
+        if self.partial:
+            return (
+                f"{self.scheduled} GPU pod{'s' if self.scheduled > 1 else ''} placed and "
+                f"holding GPUs while {self.unschedulable} stay{'s' if self.unschedulable == 1 else ''}"
+                " unschedulable"
+            )
+        if self.unschedulable:
+            return (
+                f"{self.unschedulable} GPU pod{'s' if self.unschedulable > 1 else ''} unschedulable"
+            )
+        return ""
+
+
+@dataclass(slots=True)
+class Judged:
+    """One multi-pod GPU job and what the input says about it."""
+
+    job: Resource
+    gang: Gang | None
+    total: int
+    gpu_pods: int
+    gpus: int  # GPUs the whole job requests
+    elastic_min: int | None
+    placement: Placement
+    queue: str
+    operator: tuple[str, str] | None = None  # (operator Deployment, gang flag) for Kubeflow
+    evidence: list[str] = field(default_factory=list)
+
+    @property
+    def ungated(self) -> bool:
+        """Placed pod by pod: no gang mechanism, or one its operator ignores."""
+        return self.gang is None or bool(self.gang.ignored)
 
 
 @check(
@@ -76,18 +141,37 @@ class Gang:
         or the native PodGroup) starts all workers of a job or none.
     """,
     detection="""
-        PyTorchJobs, TFJobs, MPIJobs, Volcano Jobs, TrainJobs and Indexed batch Jobs whose pods
-        talk to each other (MASTER_ADDR, rdzv, --nnodes or a subdomain), with two or more pods
-        and at least one GPU pod. A job is gang-scheduled when it carries a Kueue queue-name
-        label (its LocalQueue must exist when LocalQueues are in the input); when it is a
-        Volcano Job (minAvailable defaults to every pod); when the training-operator (or, for
-        MPIJob v2beta1, the mpi-operator) runs with --gang-scheduler-name (--gang-scheduling),
-        or, if the operator Deployment is not in the input, when runPolicy.schedulingPolicy is
-        set; when its pod templates name a Coscheduling or Volcano PodGroup, or a native
-        Workload (spec.workloadRef) or PodGroup (spec.schedulingGroup); or, for a TrainJob,
-        when its runtime sets podGroupPolicy. A named group object that is missing fails high;
-        a minimum below the number of GPU pods fails medium (partial gang), one above the
-        number of pods fails high (the group never completes). Single-pod jobs pass over.
+        PyTorchJobs, TFJobs, MPIJobs, Volcano Jobs, TrainJobs, JobSets and Indexed batch Jobs
+        whose pods talk to each other (MASTER_ADDR, rdzv, --nnodes or a subdomain), with two or
+        more pods and at least one GPU pod. A job is gang-scheduled when it carries a Kueue
+        queue-name label (its LocalQueue must exist when LocalQueues are in the input); when it
+        is a Volcano Job (minAvailable defaults to every pod); when the training-operator (or,
+        for MPIJob v2beta1, the mpi-operator) runs with --gang-scheduler-name
+        (--gang-scheduling), or, if the operator Deployment is not in the input, when
+        runPolicy.schedulingPolicy is set; when its pod templates name a Coscheduling or
+        Volcano PodGroup, or a native Workload (spec.workloadRef) or PodGroup
+        (spec.schedulingGroup); or, for a TrainJob, when its runtime sets podGroupPolicy. Fails
+        when it is not (a schedulingPolicy the operator ignores counts as none); when a named
+        group object is missing; when the group minimum is above the pod count (never
+        complete), below the GPU pods of a fixed-size job or below the elastic minimum of an
+        elastic one (a partial gang); and when an MPIJob with launcherCreationPolicy
+        WaitForWorkersReady has the operator size its group workers + 1 (the launcher is never
+        created, kubeflow/mpi-operator#608). A job is elastic with a PyTorchJob elasticPolicy
+        minReplicas < maxReplicas or a torchrun --nnodes=MIN:MAX range: it trains with MIN
+        pods, so a group of its elastic minimum passes. When the operator is in the input
+        without a gang-scheduler flag, Kueue is not in use and none of its jobs is
+        gang-scheduled otherwise, its fixed-size jobs placed pod by pod are one finding on the
+        operator Deployment (the cause), with the jobs as symptoms. Single-pod jobs pass over;
+        a JobSet's or CronJob's Jobs are judged as their owner.
+    """,
+    severity_evidence="""
+        Not gang-scheduled: low without evidence (elastic jobs always low); medium when the
+        input shows GPUs short for it (one of its GPU pods unschedulable, or the jobs placed
+        pod by pod need more GPUs, with what other pods hold, than the nodes can allocate);
+        high when it is already half placed (GPU pods scheduled while others are
+        unschedulable). A partial gang is medium, high when half placed. A missing group
+        object, a minimum above the pod count and the WaitForWorkersReady launcher deadlock
+        are high: the job never starts.
     """,
     remediation="""
         # $kind $namespace/$name: $problem
@@ -129,7 +213,23 @@ class Gang:
           minMember: <pods-in-the-job>
           scheduleTimeoutSeconds: 600
         # a group minimum above the pod count, or below the GPU pod count: set it to the pod count
-        # (minAvailable of the Volcano Job or runPolicy.schedulingPolicy, minMember of the PodGroup)
+        # (minAvailable of the Volcano Job or runPolicy.schedulingPolicy, minMember of the PodGroup);
+        # an elastic job: to its elastic minimum (elasticPolicy.minReplicas)
+        ---
+        # MPIJob with launcherCreationPolicy WaitForWorkersReady: count only the workers
+        spec:
+          runPolicy:
+            schedulingPolicy:
+              minAvailable: <workers>
+        ---
+        # the operator without a gang scheduler (one finding for all its jobs), with Volcano or
+        # scheduler-plugins installed (the args list is replaced whole):
+        spec:
+          template:
+            spec:
+              containers:
+                - name: <container>
+                  args: [<existing-args>, --gang-scheduler-name=volcano]   # mpi-operator: --gang-scheduling=volcano
     """,
     references=(
         "https://github.com/kubeflow/trainer/issues/165",
@@ -139,29 +239,326 @@ class Gang:
         "https://github.com/kubernetes-sigs/scheduler-plugins/blob/master/pkg/coscheduling/README.md",
         "https://github.com/volcano-sh/volcano/blob/master/pkg/webhooks/admission/jobs/mutate/mutate_job.go",
         "https://kubernetes.io/docs/concepts/workloads/pods/scheduling-group/",
+        "https://github.com/kubeflow/mpi-operator/issues/608",
+        "https://github.com/kubeflow/mpi-operator/blob/master/pkg/controller/podgroup.go",
+        "https://github.com/kubeflow/training-operator/blob/1417bbc35b6e7840b3ecab1cec17dbf553ad9e85/pkg/controller.v1/pytorch/elastic.go",
+        "https://github.com/kubeflow/trainer/issues/1571",
+        "https://github.com/kubernetes-sigs/jobset/blob/main/pkg/webhooks/jobset_webhook.go",
     ),
 )
 def multi_worker_jobs_gang_scheduled(snapshot: Snapshot) -> Iterator[Result]:
+    judged = list(_judge_all(snapshot))
+    contended = _contention(snapshot, judged)
+    by_operator = _operator_victims(snapshot, judged)
+    grouped = {j.job.ref for victims in by_operator.values() for j in victims}
+    for item in judged:
+        if item.job.ref not in grouped:
+            yield _verdict(item, contended)
+    for (operator, flag_name), victims in sorted(by_operator.items()):
+        yield _operator_verdict(snapshot, operator, flag_name, victims, contended)
+
+
+def _judge_all(snapshot: Snapshot) -> Iterator[Judged]:
     for job in snapshot.of(*GANG_TYPES):
-        if controller_owner(snapshot, job) is not None:
-            continue  # a launcher Job of an MPIJob, a Job of a CronJob: judged with its owner
+        if managing_owner(snapshot, job) is not None:
+            continue  # a launcher Job of an MPIJob, a Job of a CronJob or JobSet: not judged alone
         if job.ref.kind == TRAINJOB:
-            result = _judge_trainjob(snapshot, job)
-            if result is not None:
-                yield result
+            found = _judge_trainjob(snapshot, job)
+            if found is not None:
+                yield found
             continue
-        groups = replica_groups(job)
-        if job.ref.kind == "Job" and not _talks_to_peers(job, groups):
+        groups = _jobset_groups(job) if job.ref.kind == JOBSET else replica_groups(job)
+        if job.ref.kind in ("Job", JOBSET) and not _talks_to_peers(job, groups):
             continue
         total, gpus = total_pods(groups), gpu_pods(groups)
         if total < 2 or gpus == 0:
             continue
-        gang = _gang(snapshot, job, groups, total)
-        yield _verdict(job, gang, total, gpus, _queue_for(snapshot, job))
+        operator = (
+            _operator_gang_flag(snapshot, job) if job.ref.kind in KUBEFLOW_REPLICA_KEYS else None
+        )
+        yield Judged(
+            job,
+            _gang(snapshot, job, groups, total),
+            total,
+            gpus,
+            job_gpus(groups),
+            _elastic_minimum(job, groups),
+            _placement(snapshot, job),
+            _queue_for(snapshot, job),
+            operator,
+        )
+
+
+def _placement(snapshot: Snapshot, job: Resource) -> Placement:
+    pods = [p for p in pods_of(snapshot, job) if pod_requests_gpu(p)]
+    return Placement(
+        sum(1 for p in pods if is_scheduled(p)), sum(1 for p in pods if is_unschedulable(p))
+    )
+
+
+def _elastic_minimum(job: Resource, groups: tuple[ReplicaGroup, ...]) -> int | None:
+    """The fewest pods an elastic job trains with, None for a fixed-size job. A PyTorchJob's
+    elasticPolicy minReplicas < maxReplicas becomes torchrun --nnodes=min:max (PET_NNODES) for
+    its Workers; elsewhere a torchrun --nnodes=MIN:MAX range with MIN < MAX."""
+    policy = as_mapping(job.spec.get("elasticPolicy"))
+    if job.ref.kind == "PyTorchJob.kubeflow.org" and policy:
+        low = count_field(policy.get("minReplicas"), 0)
+        high = count_field(policy.get("maxReplicas"), 0)
+        if 0 < low < high:
+            others = sum(g.replicas for g in groups if g.name != "Worker")
+            return low + others
+        return None
+    for group in groups:
+        tokens = launch_tokens(group.template)
+        values = [t.split("=", 1)[1] for t in tokens if t.startswith("--nnodes=")]
+        values += [tokens[i + 1] for i, t in enumerate(tokens[:-1]) if t == "--nnodes"]
+        for container in group.template.containers():
+            entry = as_mapping(container.env().get("PET_NNODES"))
+            if isinstance(entry.get("value"), str):
+                values.append(entry["value"])
+        for value in values:
+            match = _NNODES_RANGE.match(value.strip())
+            if match and 0 < int(match.group(1)) < int(match.group(2)):
+                return int(match.group(1))
+    return None
+
+
+def _contention(snapshot: Snapshot, judged: list[Judged]) -> str:
+    """Evidence that GPUs are short for the jobs placed pod by pod: what they need whole plus
+    what other pods hold exceeds what the nodes can allocate. "" without that evidence."""
+    capacity = cluster_gpus(snapshot)
+    ungated = [j for j in judged if j.ungated and j.elastic_min is None]
+    if capacity is None or not ungated:
+        return ""
+    mine = {pod.ref for j in ungated for pod in pods_of(snapshot, j.job)}
+    held = 0
+    for pod in snapshot.of("Pod"):
+        if is_scheduled(pod) and pod.ref not in mine:
+            templates = templates_of(pod)
+            held += pod_gpus(templates[0]) if templates else 0
+    demand = sum(j.gpus for j in ungated)
+    if demand + held <= capacity:
+        return ""
+    return (
+        f"the {len(ungated)} job{'s' if len(ungated) > 1 else ''} placed pod by pod need "
+        f"{demand} GPUs, other pods hold {held}, and the nodes have {capacity}"
+    )
+
+
+def _operator_victims(
+    snapshot: Snapshot, judged: list[Judged]
+) -> dict[tuple[str, str], list[Judged]]:
+    """Fixed-size Kubeflow jobs placed pod by pod because their operator, in the input, runs
+    without a gang scheduler, when no job of that operator is gang-scheduled otherwise and
+    Kueue is not in use: one cause, reported once on the operator."""
+    if snapshot.has(LOCAL_QUEUE):
+        return {}
+    out: dict[tuple[str, str], list[Judged]] = {}
+    covered: set[str] = set()
+    for item in judged:
+        if item.operator is None or item.operator[1]:
+            continue
+        if not item.ungated:
+            covered.add(item.operator[0])
+        elif item.elastic_min is None:
+            out.setdefault((item.operator[0], _flag_name(item.job)), []).append(item)
+    return {key: victims for key, victims in out.items() if key[0] not in covered}
+
+
+def _flag_name(job: Resource) -> str:
+    mpi_v2 = job.ref.kind.startswith("MPIJob") and job.api_version.endswith("v2beta1")
+    return "--gang-scheduling" if mpi_v2 else "--gang-scheduler-name"
+
+
+def _ungated_severity(item: Judged, contended: str) -> tuple[Severity, str]:
+    """Severity of a fixed-size job placed pod by pod, and the evidence that sets it."""
+    if item.placement.partial:
+        return Severity.HIGH, item.placement.describe()
+    if item.placement.unschedulable:
+        return Severity.MEDIUM, item.placement.describe()
+    if contended:
+        return Severity.MEDIUM, contended
+    return Severity.LOW, "nothing in the input shows GPUs short for it yet"
+
+
+def _verdict(item: Judged, contended: str) -> Result:
+    job, gang, total, gpus = item.job, item.gang, item.total, item.gpu_pods
+    if item.ungated:
+        ignored = f" ({gang.ignored})" if gang is not None and gang.ignored else ""
+        if item.elastic_min is not None:
+            return failed(
+                job,
+                f"runs {total} pods without gang scheduling{ignored}, but it is elastic (trains "
+                f"with {item.elastic_min} to {total} pods): a partial start only slows it",
+                severity=Severity.LOW,
+                fix={
+                    "problem": "not gang-scheduled (elastic)",
+                    "snippet": _gang_snippet(job, item.elastic_min, item.queue),
+                },
+            )
+        severity, why = _ungated_severity(item, contended)
+        return failed(
+            job,
+            f"runs {total} pods ({gpus} with GPUs) without gang scheduling{ignored}: under GPU "
+            f"pressure jobs get partly placed and deadlock holding GPUs; {why}",
+            severity=severity,
+            fix={"problem": "not gang-scheduled", "snippet": _gang_snippet(job, total, item.queue)},
+        )
+    assert gang is not None
+    if gang.missing:
+        return failed(
+            job,
+            f"is meant to be gang-scheduled by {gang.how}, but {gang.missing}",
+            fix={"problem": gang.missing, "snippet": _gang_snippet(job, total, item.queue)},
+        )
+    if gang.minimum is not None and gang.minimum > total:
+        return failed(
+            job,
+            f"is gang-scheduled by {gang.how} with a minimum of {gang.minimum}, more than its "
+            f"{total} pods: the group is never complete and no pod starts",
+            fix={
+                "problem": "group minimum above the pod count",
+                "snippet": _min_snippet(job, total),
+            },
+        )
+    waits = _waits_for_launcher(job, gang)
+    if waits:
+        return failed(
+            job,
+            waits,
+            fix={"problem": "gang waits for the launcher", "snippet": _launcher_snippet(job)},
+        )
+    needed = item.elastic_min if item.elastic_min is not None else gpus
+    if gang.minimum is not None and gang.minimum < needed:
+        if item.elastic_min is not None:
+            what = f"below the {item.elastic_min} pods its elastic policy needs to train"
+        else:
+            what = f"below its {gpus} GPU pods"
+        placed = item.placement.describe() if item.placement.partial else ""
+        return failed(
+            job,
+            f"is gang-scheduled by {gang.how} with a minimum of {gang.minimum}, {what}: a "
+            "partial gang still starts and waits for the rest" + (f"; {placed}" if placed else ""),
+            severity=Severity.HIGH if item.placement.partial else Severity.MEDIUM,
+            fix={"problem": "partial gang", "snippet": _min_snippet(job, needed)},
+        )
+    if item.elastic_min is not None and gang.minimum is not None and gang.minimum < total:
+        return passed(
+            job,
+            f"is gang-scheduled by {gang.how} with a minimum of {gang.minimum}, the elastic "
+            f"minimum of its {total} pods",
+        )
+    return passed(job, f"is gang-scheduled by {gang.how}")
+
+
+def _operator_verdict(
+    snapshot: Snapshot, operator: str, flag: str, victims: list[Judged], contended: str
+) -> Result:
+    rated = [(item, *_ungated_severity(item, contended)) for item in victims]
+    worst = max(rated, key=lambda r: r[1].rank)[1]
+    shown = "; ".join(f"{item.job.ref} ({why})" for item, _, why in rated[:5])
+    more = f"; and {len(rated) - 5} more" if len(rated) > 5 else ""
+    deployment = _deployment(snapshot, operator)
+    count = len(victims)
+    return failed(
+        deployment,
+        f"runs without {flag}, so its {count} multi-pod GPU job{'s are' if count > 1 else ' is'} "
+        f"placed pod by pod and can deadlock holding GPUs: {shown}{more}",
+        severity=None if worst is Severity.HIGH else worst,
+        fix={
+            "problem": f"the operator runs without {flag}",
+            "snippet": _operator_snippet(deployment, flag),
+        },
+        related=[relate(item.job, "symptom") for item in victims],
+    )
+
+
+def _deployment(snapshot: Snapshot, operator: str) -> Resource:
+    namespace, name = operator.removeprefix("Deployment ").split("/", 1)
+    found = snapshot.get("Deployment", namespace, name)
+    assert found is not None  # named by _find_operator from the same snapshot
+    return found
+
+
+def _operator_snippet(deployment: Resource, flag: str) -> str:
+    operator = next(
+        (
+            c
+            for c in containers(deployment)
+            if "operator" in str(c.get("image", "")) or "manager" in str(c.get("name", ""))
+        ),
+        {},
+    )
+    name = str(operator.get("name", "manager"))
+    args = [str(a) for a in as_list(operator.get("args"))] + [f"{flag}=volcano"]
+    return (
+        "# with Volcano (or scheduler-plugins) installed, let the operator create a PodGroup\n"
+        "# per job (the args list is replaced whole):\n"
+        "spec:\n  template:\n    spec:\n      containers:\n"
+        f"        - name: {name}\n          args: {json.dumps(args)}\n"
+        "# or admit each job whole through Kueue: label it "
+        f"{KUEUE_QUEUE}: <local-queue>"
+    )
+
+
+def _waits_for_launcher(job: Resource, gang: Gang) -> str:
+    """An MPIJob (v2beta1) that creates its launcher only when the workers are Ready, in a
+    PodGroup the operator sizes workers + 1 unless schedulingPolicy.minAvailable says less:
+    the gang scheduler waits for a launcher that is never created (mpi-operator#608)."""
+    if not job.ref.kind.startswith("MPIJob") or not gang.operator_group:
+        return ""
+    if job.spec.get("launcherCreationPolicy") != _WAIT_FOR_WORKERS:
+        return ""
+    workers = sum(
+        count_field(as_mapping(r).get("replicas"), 0)
+        for name, r in as_mapping(job.spec.get("mpiReplicaSpecs")).items()
+        if name == "Worker"
+    )
+    minimum = gang.minimum if gang.minimum is not None else workers + 1
+    if minimum <= workers:
+        return ""
+    return (
+        f"is gang-scheduled by {gang.how} with a group of {minimum} pods, but its "
+        f"launcherCreationPolicy {_WAIT_FOR_WORKERS} creates the launcher only once the "
+        f"{workers} workers are Ready: the group never completes and no pod starts"
+    )
+
+
+def _launcher_snippet(job: Resource) -> str:
+    workers = sum(
+        count_field(as_mapping(r).get("replicas"), 0)
+        for name, r in as_mapping(job.spec.get("mpiReplicaSpecs")).items()
+        if name == "Worker"
+    )
+    return (
+        "# count only the workers in the group (mpi-operator#608), or create the launcher at start:\n"
+        f"spec:\n  runPolicy:\n    schedulingPolicy:\n      minAvailable: {workers}\n"
+        "# or:\n# spec:\n#   launcherCreationPolicy: AtStartup"
+    )
+
+
+def _jobset_groups(jobset: Resource) -> tuple[ReplicaGroup, ...]:
+    """One group per replicated job: replicas Jobs of `parallelism` pods each."""
+    replicated = {
+        str(as_mapping(r).get("name", "")): as_mapping(r)
+        for r in as_list(jobset.spec.get("replicatedJobs"))
+    }
+    out = []
+    for template in templates_of(jobset):
+        raw = replicated.get(template.replica_type, {})
+        job_spec = template_spec(raw, "template")
+        pods = count_field(job_spec.get("parallelism"), 1)
+        out.append(
+            ReplicaGroup(
+                template.replica_type, count_field(raw.get("replicas"), 1) * pods, template
+            )
+        )
+    return tuple(out)
 
 
 def _talks_to_peers(job: Resource, groups: tuple[ReplicaGroup, ...]) -> bool:
-    if job.spec.get("completionMode") != "Indexed":
+    # A JobSet's Jobs are Indexed unless it says otherwise (its webhook's default).
+    if job.ref.kind != JOBSET and job.spec.get("completionMode") != "Indexed":
         return False
     for group in groups:
         if group.template.spec.get("subdomain"):
@@ -183,41 +580,6 @@ def _queue_for(snapshot: Snapshot, job: Resource) -> str:
         q.ref.name for q in snapshot.of(LOCAL_QUEUE) if q.ref.namespace == job.ref.namespace
     )
     return names[0] if names else ""
-
-
-def _verdict(job: Resource, gang: Gang | None, total: int, gpus: int, queue: str) -> Result:
-    if gang is None:
-        return failed(
-            job,
-            f"runs {total} pods ({gpus} with GPUs) without gang scheduling: under GPU "
-            "pressure jobs get partly placed and deadlock holding GPUs",
-            fix={"problem": "not gang-scheduled", "snippet": _gang_snippet(job, total, queue)},
-        )
-    if gang.missing:
-        return failed(
-            job,
-            f"is meant to be gang-scheduled by {gang.how}, but {gang.missing}",
-            fix={"problem": gang.missing, "snippet": _gang_snippet(job, total, queue)},
-        )
-    if gang.minimum is not None and gang.minimum > total:
-        return failed(
-            job,
-            f"is gang-scheduled by {gang.how} with a minimum of {gang.minimum}, more than its "
-            f"{total} pods: the group is never complete and no pod starts",
-            fix={
-                "problem": "group minimum above the pod count",
-                "snippet": _min_snippet(job, total),
-            },
-        )
-    if gang.minimum is not None and gang.minimum < gpus:
-        return failed(
-            job,
-            f"is gang-scheduled by {gang.how} with a minimum of {gang.minimum}, below its "
-            f"{gpus} GPU pods: a partial gang still starts and waits for the rest",
-            severity=Severity.MEDIUM,
-            fix={"problem": "partial gang", "snippet": _min_snippet(job, total)},
-        )
-    return passed(job, f"is gang-scheduled by {gang.how}")
 
 
 def _gang(
@@ -244,14 +606,21 @@ def _gang(
         if operator is not None:
             name, flag = operator
             if flag:
-                return Gang(f"{name} --gang-scheduler={flag}", minimum)
-            if policy:
+                return Gang(f"{name} --gang-scheduler={flag}", minimum, operator_group=True)
+            found = _pod_group(snapshot, namespace, groups)
+            if found is None and policy:
                 return Gang(
                     "runPolicy.schedulingPolicy",
-                    missing=f"{name} runs without a gang-scheduler flag, so the policy is ignored",
+                    ignored=f"{name} runs without a gang-scheduler flag, so its "
+                    "runPolicy.schedulingPolicy is ignored",
                 )
-        elif policy:
-            return Gang("runPolicy.schedulingPolicy (operator flags not in the input)", minimum)
+            return found
+        if policy:
+            return Gang(
+                "runPolicy.schedulingPolicy (operator flags not in the input)",
+                minimum,
+                operator_group=True,
+            )
     return _pod_group(snapshot, namespace, groups)
 
 
@@ -384,7 +753,7 @@ def _find_operator(snapshot: Snapshot, mpi_v2: bool) -> tuple[str, str] | None:
     return None
 
 
-def _judge_trainjob(snapshot: Snapshot, job: Resource) -> Result | None:
+def _judge_trainjob(snapshot: Snapshot, job: Resource) -> Judged | None:
     ref = as_mapping(job.spec.get("runtimeRef"))
     kind = str(ref.get("kind") or "ClusterTrainingRuntime")
     type_ = f"{kind}.trainer.kubeflow.org"
@@ -403,7 +772,27 @@ def _judge_trainjob(snapshot: Snapshot, job: Resource) -> Result | None:
         gang = Gang(f"the podGroupPolicy of {kind} {runtime.ref.name}")
     else:
         gang = None
-    return _verdict(job, gang, nodes, nodes, _queue_for(snapshot, job))
+    per_node = _trainjob_node_gpus(trainer)
+    return Judged(
+        job,
+        gang,
+        nodes,
+        nodes,
+        nodes * per_node,
+        None,
+        _placement(snapshot, job),
+        _queue_for(snapshot, job),
+    )
+
+
+def _trainjob_node_gpus(trainer: object) -> int:
+    resources = as_mapping(as_mapping(trainer).get("resourcesPerNode"))
+    wanted = {**as_mapping(resources.get("limits")), **as_mapping(resources.get("requests"))}
+    return sum(
+        int(str(v)) if str(v).isdigit() else 0
+        for k, v in wanted.items()
+        if str(k).startswith(("nvidia.com/", "amd.com/gpu"))
+    )
 
 
 def _trainjob_gpus(trainer: object) -> bool:

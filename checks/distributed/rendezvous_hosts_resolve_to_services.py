@@ -6,10 +6,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from gpu_audit.api import (
+    REDACTED,
     WORKLOAD_TYPES,
     Category,
     Container,
     FixKind,
+    ObjRef,
     PodTemplate,
     Resource,
     Result,
@@ -22,14 +24,17 @@ from gpu_audit.api import (
     map_selector_matches,
     passed,
     pod_templates,
+    redact_argv,
+    redact_text,
     str_map,
+    templates_of,
 )
 
 # Operators that inject MASTER_ADDR / rendezvous settings and create the Services themselves.
 _OPERATOR_KINDS = frozenset({"PyTorchJob.kubeflow.org", "MPIJob.kubeflow.org"})
 _ENV_KEYS = ("MASTER_ADDR", "PET_MASTER_ADDR", "PET_RDZV_ENDPOINT", "RDZV_ENDPOINT")
 _FLAGS = ("--rdzv_endpoint", "--rdzv-endpoint", "--master_addr", "--master-addr")
-_TCP_URL = re.compile(r"tcp://([^\s:/'\"]+)")
+_TCP_URL = re.compile(r"tcp://([^\s/'\"]+)")
 _K8S_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _SHELL_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 _LOCAL_HOSTS = frozenset({"localhost", "localhost.localdomain"})
@@ -44,8 +49,24 @@ _PER_POD_LABELS = frozenset(
         "apps.kubernetes.io/pod-index",
         "controller-uid",
         "batch.kubernetes.io/controller-uid",
+        # Per child Job of a JobSet, per group and pod of a LeaderWorkerSet.
+        "jobset.sigs.k8s.io/job-index",
+        "jobset.sigs.k8s.io/job-global-index",
+        "jobset.sigs.k8s.io/job-key",
+        "jobset.sigs.k8s.io/restart-attempt",
+        "leaderworkerset.sigs.k8s.io/group-index",
+        "leaderworkerset.sigs.k8s.io/group-key",
+        "leaderworkerset.sigs.k8s.io/worker-index",
+        "leaderworkerset.sigs.k8s.io/template-revision-hash",
     }
 )
+# Operators that give their pods DNS records themselves: the headless Service (named after the
+# subdomain) and the pods' hostnames, modelled in _operator_dns.
+JOBSET = "JobSet.jobset.x-k8s.io"
+LWS = "LeaderWorkerSet.leaderworkerset.x-k8s.io"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_RJOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +98,22 @@ class Endpoint:
         subdomain selects the pods, the template sets that subdomain (a StatefulSet's
         serviceName) and the host is one of its pod hostnames (<job>-<index> of an Indexed Job,
         <sts>-<ordinal>, or spec.hostname). ExternalName and selector-less Services pass.
+        JobSets and LeaderWorkerSets are modelled as their controllers run them: a JobSet with
+        spec.network.enableDNSHostnames (true by default) gets a headless Service named after
+        spec.network.subdomain (default the JobSet name) selecting jobset-name, and its pods
+        the hostnames <jobset>-<replicatedJob>-<jobIndex>-<podIndex>; a LeaderWorkerSet gets a
+        headless Service named after it (subdomainPolicy Shared, the default; one per group,
+        <lws>-<group>, with UniquePerReplica) and the hostnames <lws>-<group> (leader) and
+        <lws>-<group>-<worker> (workers 1..size-1). A Service of that name in the input is the
+        one that counts (the controllers do not replace an existing one). Their ranks may name
+        any pod of the object (the driver's replicated job, the group's leader) and a Service
+        that selects any of its templates.
+    """,
+    severity_evidence="""
+        High whenever it fails: the input itself shows that the name has no DNS record the
+        pods could resolve (no such Service, one that cannot select them, a hostname no pod
+        gets), so every rank waits in rendezvous until the timeout. Names built from variables
+        the input does not resolve, and addresses an operator injects, are not judged.
     """,
     remediation="""
         # $kind $namespace/$name: $problem
@@ -123,6 +160,11 @@ class Endpoint:
         "https://kubernetes.io/docs/concepts/services-networking/dns-pod-service/",
         "https://github.com/kubernetes/kubernetes/issues/74950",
         "https://github.com/kubeflow/training-operator/blob/1417bbc35b6e7840b3ecab1cec17dbf553ad9e85/pkg/controller.v1/pytorch/envvar.go",
+        "https://jobset.sigs.k8s.io/docs/concepts/#dns-hostnames-for-pods",
+        "https://github.com/kubernetes-sigs/jobset/blob/08dfbdfd682714a9ab929633eca8dc95315187e7/pkg/controllers/jobset_controller.go",
+        "https://github.com/kubernetes-sigs/jobset/blob/08dfbdfd682714a9ab929633eca8dc95315187e7/pkg/webhooks/jobset_webhook.go",
+        "https://github.com/kubernetes-sigs/lws/blob/060ab4da17eea1f0865fcbd3236bb1075e2cea32/pkg/controllers/pod_controller.go",
+        "https://github.com/kubernetes-sigs/lws/blob/060ab4da17eea1f0865fcbd3236bb1075e2cea32/pkg/controllers/leaderworkerset_controller.go",
     ),
 )
 def rendezvous_hosts_resolve_to_services(snapshot: Snapshot) -> Iterator[Result]:
@@ -183,9 +225,11 @@ def _expand(value: str, env: Mapping[str, str]) -> str:
 def _host(value: str) -> str:
     """The DNS name in an endpoint, "" for IPs, localhost and what could not be resolved."""
     host = value.strip().split("://", 1)[-1]
+    # The userinfo of https://user:pass@host is no part of the name, and a credential.
+    host = host.split("/", 1)[0].rpartition("@")[2]
     if host.startswith("["):
         return ""  # an IPv6 literal
-    host = host.split("/", 1)[0].rsplit(":", 1)[0] if ":" in host else host.split("/", 1)[0]
+    host = host.rsplit(":", 1)[0]
     host = host.strip().rstrip(".").lower()
     if not host or "$" in host or host in _LOCAL_HOSTS:
         return ""
@@ -231,7 +275,11 @@ def _judge(
         reasons.append(reason)
     # Explain the reading whose Service exists (the one the author most likely meant).
     chosen = next(
-        (i for i, c in enumerate(candidates) if snapshot.get("Service", c[-1], c[-2]) is not None),
+        (
+            i
+            for i, c in enumerate(candidates)
+            if _service(snapshot, template, c[-1], c[-2]) is not None
+        ),
         0,
     )
     problem = f"{endpoint.source} {endpoint.host} does not resolve: {reasons[chosen]}"
@@ -243,14 +291,14 @@ def _judge(
 
 
 def _service_reason(snapshot: Snapshot, template: PodTemplate, name: str, namespace: str) -> str:
-    service = snapshot.get("Service", namespace, name)
+    service = _service(snapshot, template, namespace, name)
     if service is None:
         return f"no Service {name} in namespace {namespace}"
     if service.spec.get("type") == "ExternalName" or not service.spec.get("selector"):
         return ""
     if namespace != template.owner.ref.namespace:
         return f"Service {namespace}/{name} can only select pods of namespace {namespace}"
-    if not _selects(service, template):
+    if not _selects_pods_of(service, template):
         return (
             f"Service {name} selects none of the pods ({_flow(str_map(service.spec['selector']))})"
         )
@@ -263,32 +311,124 @@ def _pod_reason(
     owner = template.owner
     if namespace != owner.ref.namespace:
         return f"pod records live in the pod's namespace {owner.ref.namespace}, not {namespace}"
-    service = snapshot.get("Service", namespace, subdomain)
+    dns = _operator_dns(template)
+    service = _service(snapshot, template, namespace, subdomain)
     if service is None:
+        if dns is not None and dns.subdomains:
+            return (
+                f"no headless Service {subdomain} in namespace {namespace} (the pods of "
+                f"{owner.ref} get their DNS records under {_or(dns.subdomains)}: "
+                f"{dns.pattern})"
+            )
         return f"no headless Service {subdomain} in namespace {namespace}"
     if service.spec.get("clusterIP") != "None":
         return f"Service {subdomain} is not headless (clusterIP set), so it has no pod records"
-    if not _selects(service, template):
+    if not _selects_pods_of(service, template):
         return f"headless Service {subdomain} does not select the pods"
-    if _subdomain(template) != subdomain:
+    if subdomain not in _subdomains(template):
+        if dns is not None and dns.subdomains:
+            return (
+                f"the pods of {owner.ref} get their DNS records under "
+                f"{_or(dns.subdomains)}, not {subdomain}: {dns.pattern}"
+            )
         field = "spec.serviceName" if owner.ref.kind == "StatefulSet" else "spec.subdomain"
         return f"the pod template's {field} is not {subdomain}"
-    if not _has_hostname(template, hostname):
-        return f"no pod of {owner.ref} has the hostname {hostname}"
+    if not _has_hostname(template, hostname, subdomain):
+        pattern = f" ({dns.pattern})" if dns is not None else ""
+        return f"no pod of {owner.ref} has the hostname {hostname}{pattern}"
     return ""
 
 
-def _subdomain(template: PodTemplate) -> str:
+def _subdomains(template: PodTemplate) -> frozenset[str]:
+    """The subdomains the template's pods get DNS records under."""
+    dns = _operator_dns(template)
+    if dns is not None and dns.subdomains:
+        return dns.subdomains
     if template.owner.ref.kind == "StatefulSet":
-        return str(template.owner.spec.get("serviceName", ""))
-    return str(template.spec.get("subdomain", ""))
+        return frozenset({str(template.owner.spec.get("serviceName", ""))})
+    return frozenset({str(template.spec.get("subdomain", ""))})
 
 
-def _has_hostname(template: PodTemplate, hostname: str) -> bool:
+def _or(names: frozenset[str]) -> str:
+    listed = sorted(names)
+    return (
+        listed[0]
+        if len(listed) == 1
+        else f"{', '.join(listed[:3])}{'...' if len(listed) > 3 else ''}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _OperatorDns:
+    """Pod DNS that a JobSet or LeaderWorkerSet controller sets up itself."""
+
+    services: Mapping[str, Mapping[str, str]]  # the headless Services it creates: selectors
+    subdomains: frozenset[str]  # the pods' subdomains
+    labels: Mapping[str, str]  # labels it puts on every pod of the template
+    pattern: str  # the pods' DNS names, for messages
+
+
+def _operator_dns(template: PodTemplate) -> _OperatorDns | None:
+    owner = template.owner
+    name = owner.ref.name
+    if owner.ref.kind == JOBSET:
+        # jobset_webhook.go defaults enableDNSHostnames to true; jobset_controller.go then
+        # sets every pod's subdomain to GetSubdomain (spec.network.subdomain, else the JobSet
+        # name) and creates the headless Service of that name selecting jobset-name.
+        network = as_mapping(owner.spec.get("network"))
+        labels = {JOBSET_NAME_LABEL: name, JOBSET_RJOB_LABEL: template.replica_type}
+        pattern = f"{name}-<replicatedJob>-<jobIndex>-<podIndex>.<subdomain>"
+        if network.get("enableDNSHostnames") is False:
+            return _OperatorDns({}, frozenset(), labels, pattern)
+        subdomain = str(network.get("subdomain") or name)
+        pattern = pattern.replace("<subdomain>", subdomain)
+        return _OperatorDns(
+            {subdomain: {JOBSET_NAME_LABEL: name}}, frozenset({subdomain}), labels, pattern
+        )
+    if owner.ref.kind == LWS:
+        # Shared (the default): one headless Service named after the LWS, the subdomain of
+        # every pod; UniquePerReplica: one per group, named after its leader pod <lws>-<i>.
+        labels = {LWS_NAME_LABEL: name}
+        policy = as_mapping(owner.spec.get("networkConfig")).get("subdomainPolicy")
+        if policy == "UniquePerReplica":
+            groups = range(min(_count(owner.spec.get("replicas")), 1000))
+            services = {f"{name}-{g}": {LWS_NAME_LABEL: name} for g in groups}
+            pattern = f"{name}-<group>[-<worker>].{name}-<group>"
+            return _OperatorDns(services, frozenset(services), labels, pattern)
+        pattern = f"{name}-<group>[-<worker>].{name}"
+        return _OperatorDns({name: {LWS_NAME_LABEL: name}}, frozenset({name}), labels, pattern)
+    return None
+
+
+def _service(
+    snapshot: Snapshot, template: PodTemplate, namespace: str, name: str
+) -> Resource | None:
+    """The Service `name` of `namespace`: the one in the input, else the headless Service the
+    template's operator creates under that name (in the operator's namespace)."""
+    found = snapshot.get("Service", namespace, name)
+    if found is not None or namespace != template.owner.ref.namespace:
+        return found
+    dns = _operator_dns(template)
+    if dns is None or name not in dns.services:
+        return None
+    raw = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterIP": "None", "selector": dict(dns.services[name])},
+    }
+    return Resource(ObjRef("Service", namespace, name), "v1", raw, template.owner.source)
+
+
+def _has_hostname(template: PodTemplate, hostname: str, subdomain: str = "") -> bool:
     """Whether one of the template's pods is named `hostname`. Ordinals are parsed, never
     enumerated: `completions` can be any number (a billion would be a billion names)."""
     owner = template.owner
     spec = owner.spec
+    if owner.ref.kind == JOBSET:
+        return _jobset_hostname(template, hostname)
+    if owner.ref.kind == LWS:
+        return _lws_hostname(template, hostname, subdomain)
     if template.spec.get("hostname"):
         return hostname == str(template.spec["hostname"])
     if owner.ref.kind == "StatefulSet":
@@ -308,6 +448,63 @@ def _has_hostname(template: PodTemplate, hostname: str) -> bool:
     )
 
 
+def _ordinal(text: str, below: int, start: int = 0) -> bool:
+    return (
+        0 < len(text) <= 18
+        and text.isascii()
+        and text.isdigit()
+        and str(int(text)) == text
+        and start <= int(text) < below
+    )
+
+
+def _jobset_hostname(template: PodTemplate, hostname: str) -> bool:
+    """Whether a pod of the JobSet (of any replicated job: ranks reach the driver's pods)
+    is named `hostname`: <jobset>-<replicatedJob>-<jobIndex>-<podIndex>. The JobSet names its
+    child Jobs <jobset>-<replicatedJob>-<jobIndex> (placement.GenJobName) and an Indexed Job
+    (the JobSet's default completionMode) gives each pod the hostname <job>-<index>."""
+    owner = template.owner
+    for replicated in map(as_mapping, as_list(owner.spec.get("replicatedJobs"))):
+        job = as_mapping(as_mapping(replicated.get("template")).get("spec"))
+        pod = as_mapping(as_mapping(job.get("template")).get("spec"))
+        if pod.get("hostname"):
+            if hostname == str(pod["hostname"]):
+                return True
+            continue
+        if job.get("completionMode", "Indexed") != "Indexed":
+            continue
+        prefix = f"{owner.ref.name}-{replicated.get('name', '')}-"
+        if not hostname.startswith(prefix):
+            continue
+        job_index, _, pod_index = hostname[len(prefix) :].partition("-")
+        if _ordinal(job_index, _count(replicated.get("replicas"))) and _ordinal(
+            pod_index, _count(job.get("completions"))
+        ):
+            return True
+    return False
+
+
+def _lws_hostname(template: PodTemplate, hostname: str, subdomain: str) -> bool:
+    """Whether a pod of the LeaderWorkerSet (leader or worker: workers reach their leader)
+    is named `hostname` under `subdomain`. Leaders are the pods <lws>-<group> of the
+    StatefulSet <lws>; workers the pods <lws>-<group>-<worker> (ordinals from 1) of the
+    StatefulSet <lws>-<group>."""
+    owner = template.owner
+    group_spec = as_mapping(owner.spec.get("leaderWorkerTemplate"))
+    prefix = f"{owner.ref.name}-"
+    if not hostname.startswith(prefix):
+        return False
+    group, _, worker = hostname[len(prefix) :].partition("-")
+    if not _ordinal(group, _count(owner.spec.get("replicas"))):
+        return False
+    unique = (
+        as_mapping(owner.spec.get("networkConfig")).get("subdomainPolicy") == "UniquePerReplica"
+    )
+    if subdomain and subdomain != (f"{owner.ref.name}-{group}" if unique else owner.ref.name):
+        return False
+    return not worker or _ordinal(worker, _count(group_spec.get("size")), start=1)
+
+
 def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
@@ -316,7 +513,17 @@ def _pod_labels(template: PodTemplate) -> dict[str, str]:
     labels = dict(template.labels)
     if template.owner.ref.kind == "Job":
         labels.update(dict.fromkeys(_JOB_LABELS, template.owner.ref.name))
+    dns = _operator_dns(template)
+    if dns is not None:
+        labels.update(dns.labels)
     return labels
+
+
+def _selects_pods_of(service: Resource, template: PodTemplate) -> bool:
+    """Whether the Service selects the pods of the template or, for a JobSet or
+    LeaderWorkerSet, of any of its templates (workers reach the leader's or driver's pods)."""
+    peers = templates_of(template.owner) if _operator_dns(template) is not None else ()
+    return any(_selects(service, t) for t in (template, *peers))
 
 
 def _selects(service: Resource, template: PodTemplate) -> bool:
@@ -339,6 +546,9 @@ def _fix(
 ) -> dict[str, str]:
     template = container.template
     owner = template.owner
+    dns = _operator_dns(template)
+    if dns is not None and dns.subdomains:
+        return _operator_fix(container, endpoint, candidate, problem, dns)
     service = candidate[2] if candidate[0] == "pod" else candidate[1]
     if owner.ref.kind == "Job":
         selector = {"batch.kubernetes.io/job-name": owner.ref.name}
@@ -374,6 +584,56 @@ def _fix(
     return {"problem": problem, "service": service, "selector": _flow(selector), "pod_patch": patch}
 
 
+def _operator_fix(
+    container: Container,
+    endpoint: Endpoint,
+    candidate: tuple[str, ...],
+    problem: str,
+    dns: _OperatorDns,
+) -> dict[str, str]:
+    """The controller names the Service and the pods itself: the fix is the endpoint. The
+    Service the remediation shows is the one the controller creates (apply it only if it is
+    missing)."""
+    template = container.template
+    owner = template.owner
+    name = owner.ref.name
+    subdomain = sorted(dns.subdomains)[0]
+    hostname = candidate[1] if candidate[0] == "pod" else ""
+    if owner.ref.kind == JOBSET:
+        if not (hostname and _jobset_hostname(template, hostname)):
+            first = next(
+                (
+                    str(r.get("name", ""))
+                    for r in map(as_mapping, as_list(owner.spec.get("replicatedJobs")))
+                ),
+                template.replica_type,
+            )
+            hostname = f"{name}-{first}-0-0"
+        host = f"{hostname}.{subdomain}"
+        where = f"replicated job {template.replica_type}, {container.describe()}"
+        patch = (
+            f"# point {endpoint.source} of {where} at {host}\n"
+            "# (spec.replicatedJobs cannot change while the JobSet runs unless it is suspended:\n"
+            "# delete the JobSet and apply it again with the new value)"
+        )
+        creator = "the JobSet controller creates it when spec.network.enableDNSHostnames is true"
+    else:
+        # The LWS webhook injects LWS_LEADER_ADDRESS (<lws>-<group>.<subdomain>.<namespace>,
+        # the leader of the pod's own group) first in every container's env.
+        host = "$(LWS_LEADER_ADDRESS)"
+        keys = template.path.split(".")
+        pad = "  " * len(keys)
+        lines = [f"{'  ' * depth}{key}:" for depth, key in enumerate(keys)]
+        patch = "\n".join([*lines, *_point_at(container, endpoint, host, pad)])
+        creator = "the LeaderWorkerSet controller creates it"
+    return {
+        "problem": f"{problem}\n# (Service {subdomain} below: {creator}; apply it only if it is missing)",
+        "service": subdomain,
+        "selector": _flow(dns.services[subdomain]),
+        "pod_patch": patch,
+    }
+
+
 def _point_at(container: Container, endpoint: Endpoint, host: str, pad: str) -> list[str]:
     """The container's endpoint rewritten to `host`: the env entry, or the command and args
     that spell the old host out (lists are replaced whole by a strategic merge)."""
@@ -384,13 +644,24 @@ def _point_at(container: Container, endpoint: Endpoint, host: str, pad: str) -> 
         old = str(container.env()[name].get("value", ""))
         # A value built from $(VARS) is replaced by the host it resolved to.
         value = old.replace(endpoint.host, host) if endpoint.host in old else host
-        entry = json.dumps({"name": name, "value": value})
-        return [*lines, f"{pad}    env:", f"{pad}      - {entry}"]
+        entry = json.dumps({"name": name, "value": redact_text(value)})
+        return [*_credentials_note(entry, pad), *lines, f"{pad}    env:", f"{pad}      - {entry}"]
     for field in ("command", "args"):
         parts = [str(p) for p in as_list(container.raw.get(field))]
         if any(endpoint.host in part for part in parts):
-            rewritten = [part.replace(endpoint.host, host) for part in parts]
+            # The whole list is shown, and it may pass credentials: never their values.
+            rewritten = redact_argv([part.replace(endpoint.host, host) for part in parts])
             lines.append(f"{pad}    {field}: {json.dumps(rewritten)}")
     if len(lines) == 2:  # the host is built from variables
         return [f"{pad}# and point {endpoint.source} at {host}"]
-    return lines
+    return [*_credentials_note("\n".join(lines), pad), *lines]
+
+
+def _credentials_note(patch: str, pad: str) -> list[str]:
+    """Above a patch that shows REDACTED in place of the input's credentials."""
+    if REDACTED not in patch:
+        return []
+    return [
+        f"{pad}# {REDACTED} stands for a credential the input passes here: keep its value",
+        f"{pad}# (better: read it from a Secret)",
+    ]

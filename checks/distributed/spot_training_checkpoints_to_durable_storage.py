@@ -19,6 +19,8 @@ from gpu_audit.api import (
 from gpu_audit.checks.distributed._common import (
     TRAINING_TYPES,
     gpu_training_jobs,
+    pods_of,
+    was_disrupted,
 )
 
 # Volume sources whose data outlives the pod and the node: claims, network file systems and
@@ -51,7 +53,7 @@ _DEFAULT_GRACE_SECONDS = 30
     id="GPU-DIST-005",
     title="Training pods on spot GPU capacity checkpoint to durable storage and get time to do it",
     category=Category.DISTRIBUTED,
-    severity=Severity.HIGH,
+    severity=Severity.MEDIUM,
     requires=(TRAINING_TYPES,),
     remediation_root="pod_spec",
     rationale="""
@@ -63,13 +65,21 @@ _DEFAULT_GRACE_SECONDS = 30
     detection="""
         GPU pod templates of Jobs, CronJobs, PyTorchJobs, MPIJobs and Volcano Jobs that pin or
         opt in to spot/preemptible nodes (Karpenter, EKS, GKE, AKS capacity labels in
-        nodeSelector or required node affinity, or a spot taint toleration). Fails high when no
+        nodeSelector or required node affinity, or a spot taint toleration). Fails when no
         GPU container mounts a writable durable volume (PVC, CSI, NFS or another network
         disk; emptyDir, hostPath and generic ephemeral volumes do not count) and no argument or
-        env value points at an object store (s3://, gs://, abfs://, az://; a heuristic). Fails
-        medium when terminationGracePeriodSeconds is below 60 (default 30). Templates that can
-        reach spot only through a NodePool that allows it are not evaluated; serving
-        Deployments are GPU-COST-004's.
+        env value points at an object store (s3://, gs://, abfs://, az://; a heuristic); and,
+        with durable storage, when terminationGracePeriodSeconds is below 60 (default 30).
+        Templates that can reach spot only through a NodePool that allows it are not
+        evaluated; serving Deployments are GPU-COST-004's.
+    """,
+    severity_evidence="""
+        Medium when a job on spot capacity can only checkpoint to ephemeral storage: the spot
+        opt-in is the evidence that a reclaim will restart it from step 0. High when a pod of
+        the job in the input already carries a DisruptionTarget condition (a reclaim or
+        eviction hit it and its progress was lost). A grace period under 60 s with durable
+        checkpoints is low (only the progress since the last checkpoint is at risk), medium
+        with that disruption evidence.
     """,
     remediation="""
         # $kind $namespace/$name: $problem
@@ -93,28 +103,34 @@ _DEFAULT_GRACE_SECONDS = 30
         "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html",
         "https://github.com/aws/karpenter-provider-aws/blob/main/designs/interruption-handling.md",
         "https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination",
+        "https://kubernetes.io/docs/concepts/workloads/pods/disruptions/#pod-disruption-conditions",
         "https://kubernetes.io/docs/concepts/storage/ephemeral-volumes/",
     ),
 )
 def spot_training_checkpoints_to_durable_storage(snapshot: Snapshot) -> Iterator[Result]:
     for job in gpu_training_jobs(snapshot):
+        disrupted = sum(1 for p in pods_of(snapshot, job.resource) if was_disrupted(p))
         for template in job.templates:
             if runs_on_spot(template):
-                yield _judge(template)
+                yield _judge(template, disrupted)
 
 
-def _judge(template: PodTemplate) -> Result:
+def _judge(template: PodTemplate, disrupted: int) -> Result:
     trainers = template.gpu_containers()
     durable = [m for c in trainers for m in _durable_mounts(template, c)]
     object_store = any(_mentions_object_store(c) for c in trainers)
     grace = template.spec.get("terminationGracePeriodSeconds", _DEFAULT_GRACE_SECONDS)
     short_grace = isinstance(grace, int) and grace < _MIN_GRACE_SECONDS
     container = trainers[0].name if trainers else "trainer"
+    hit = (
+        f" ({disrupted} of its pods already disrupted: that progress is lost)" if disrupted else ""
+    )
     if not durable and not object_store:
         return failed(
             template,
             "runs on spot GPUs but can only write checkpoints to ephemeral storage: every "
-            "reclaim restarts training from the start",
+            "reclaim restarts training from the start" + hit,
+            severity=Severity.HIGH if disrupted else None,
             fix={
                 "problem": "no durable checkpoint volume",
                 "snippet": _volume_snippet(container, short_grace),
@@ -124,9 +140,9 @@ def _judge(template: PodTemplate) -> Result:
         return failed(
             template,
             f"runs on spot GPUs with terminationGracePeriodSeconds {grace}: too short to "
-            "flush a checkpoint after SIGTERM",
+            "flush a checkpoint after SIGTERM" + hit,
             path=f"{template.path}.terminationGracePeriodSeconds",
-            severity=Severity.MEDIUM,
+            severity=Severity.MEDIUM if disrupted else Severity.LOW,
             fix={
                 "problem": "grace period too short to checkpoint",
                 "snippet": "terminationGracePeriodSeconds: 120   # AWS gives about 2 minutes",

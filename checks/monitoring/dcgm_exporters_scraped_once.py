@@ -55,14 +55,18 @@ class Monitor:
         return str(self.resource.ref)
 
     @property
-    def keep_first(self) -> tuple[bool, bool, str]:
-        """The operator's own monitor is the one to keep (the run-time one first: it has no
-        object in the input to name)."""
+    def keep_first(self) -> tuple[bool, bool, bool, str]:
+        """The monitor that ships with the exporter is the one to keep: the operator's own
+        (the run-time one first: it has no object in the input to name), then one named and
+        placed like the exporter DaemonSet it scrapes, as the dcgm-exporter chart renders its
+        ServiceMonitor (fullname, release namespace). A hand-written extra goes."""
+        ref = self.resource.ref
         operator = self.virtual or (
-            self.resource.ref.name == "nvidia-dcgm-exporter"
+            ref.name == "nvidia-dcgm-exporter"
             and self.resource.labels.get("app") == OPERATOR_EXPORTER_LABELS["app"]
         )
-        return (not self.virtual, not operator, self.label)
+        shipped = any(e.namespace == ref.namespace and e.name == ref.name for e in self.selects)
+        return (not self.virtual, not operator, not shipped, self.label)
 
 
 def _scope(monitor: Resource, prometheus: Resource | None) -> Namespaces:
@@ -173,10 +177,17 @@ def _groups(
         whose selector picks the exporter's pods, in the monitor's namespaces
         (ignoreNamespaceSelectors honoured). Without Prometheus objects every monitor counts.
         An enabled operator ServiceMonitor that is not in the input counts as one. More than
-        one fails; the finding names the extra monitor, keeping the operator's. Not
-        flagged: monitors in different Prometheus servers (each stores the series once),
+        one fails; the finding names the extra monitor, keeping the one that ships with the
+        exporter: the operator's, else one named like the exporter DaemonSet in its namespace
+        (the dcgm-exporter chart's ServiceMonitor). Not flagged: monitors in different Prometheus servers (each stores the series once),
         monitors no Prometheus selects (GPU-MON-004), and several exporters on a node
         (GPU-STACK-005).
+    """,
+    severity_evidence="""
+        Medium when a Prometheus (or PrometheusAgent) in the input selects both monitors: the
+        series are then stored twice. Without Prometheus objects in the input nothing shows
+        that one server loads both (kube-prometheus-stack selects only its release's label),
+        so the finding is low.
     """,
     remediation="""
         # $subject: $summary
@@ -195,6 +206,7 @@ def _groups(
         "https://github.com/NVIDIA/gpu-operator/blob/main/assets/state-dcgm-exporter/0500_service_monitor.yaml",
         "https://github.com/prometheus-operator/prometheus-operator/blob/main/Documentation/api.md",
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-telemetry/latest/dcgm-exporter.html",
+        "https://github.com/NVIDIA/dcgm-exporter/blob/main/deployment/templates/service-monitor.yaml",
     ),
 )
 def dcgm_exporters_scraped_once(snapshot: Snapshot) -> Iterator[Result]:
@@ -217,24 +229,33 @@ def dcgm_exporters_scraped_once(snapshot: Snapshot) -> Iterator[Result]:
                 )
                 if scrapers[0].virtual:
                     entry[2].append(scrapers[0].policy)
+    # Without Prometheus objects nothing shows that one server selects both monitors.
+    seen_in_a_server = bool(prometheuses(snapshot))
     for resource, why, policies in extra.values():
-        yield _finding(resource, why, policies)
+        yield _finding(resource, why, policies, seen_in_a_server)
     for exporter, server in sorted(once.items(), key=lambda e: e[0].sort_key):
         if exporter not in duplicated:
             yield passed(by_ref[exporter], f"is scraped once in {server}")
 
 
-def _keep_first(monitor: Monitor) -> tuple[bool, bool, str]:
+def _keep_first(monitor: Monitor) -> tuple[bool, bool, bool, str]:
     return monitor.keep_first
 
 
-def _finding(monitor: Resource, why: list[str], policies: list[str]) -> Result:
+def _finding(monitor: Resource, why: list[str], policies: list[str], confirmed: bool) -> Result:
     kind = monitor.ref.kind_name.lower()
+    consequence = (
+        "every DCGM series is stored twice"
+        if confirmed
+        else "every DCGM series is stored twice if one Prometheus selects both (no Prometheus "
+        "object in the input says)"
+    )
     return failed(
         monitor,
         f"scrapes DCGM exporter pods another monitor already scrapes ({'; '.join(why)}): "
-        "every DCGM series is stored twice",
+        f"{consequence}",
         path="spec.selector",
+        severity=None if confirmed else Severity.LOW,
         fix={
             "subject": f"{monitor.ref.kind_name} {monitor.ref.namespace}/{monitor.ref.name}",
             "summary": "keep one monitor per exporter"

@@ -51,14 +51,16 @@ def _is_gpu_agent(container: Container) -> bool:
     )
 
 
-def _socket_volumes(template: PodTemplate) -> list[tuple[str, str]]:
-    """(volume name, host path) of the hostPath volumes that expose the Docker socket."""
+def _socket_volumes(template: PodTemplate) -> list[tuple[str, str, str]]:
+    """(volume name, host path, hostPath type) of the hostPath volumes that expose the Docker
+    socket."""
     found = []
     for volume in map(as_mapping, as_list(template.spec.get("volumes"))):
-        path = str(as_mapping(volume.get("hostPath")).get("path", ""))
+        host_path = as_mapping(volume.get("hostPath"))
+        path = str(host_path.get("path", ""))
         normalized = path.rstrip("/") or path
         if normalized in DOCKER_SOCKETS or normalized in SOCKET_DIRS:
-            found.append((str(volume.get("name", "")), path))
+            found.append((str(volume.get("name", "")), path, str(host_path.get("type") or "")))
     return found
 
 
@@ -93,10 +95,18 @@ def _runtimes(snapshot: Snapshot, template: PodTemplate) -> set[str]:
         hostPath volume for /var/run/docker.sock, /run/docker.sock, dockershim.sock,
         cri-dockerd.sock, or all of /var/run or /run. The runtime comes from
         status.nodeInfo.containerRuntimeVersion of the nodes the DaemonSet can schedule on:
-        low on containerd/CRI-O or when no node says, high when any of them runs Docker. Not
+        low on containerd/CRI-O or when no node says, high when any of them runs Docker, or
+        when the volume is of hostPath type Socket on containerd/CRI-O nodes. Not
         flagged: /var/lib/kubelet/pod-resources, /run/nvidia and /run/containerd mounts, and
         the container toolkit, which needs the runtime socket. The patch deletes the volume
         and its mounts.
+    """,
+    severity_evidence="""
+        High when a node the DaemonSet can land on runs Docker (status.nodeInfo): a writable
+        docker.sock in the pod is root on that node; high too on containerd/CRI-O nodes when
+        the volume has hostPath type Socket: the socket does not exist there, so the pod never
+        starts and the node loses the agent. Low otherwise on containerd/CRI-O nodes (a dead
+        mount) and when no node says its runtime.
     """,
     remediation="""
         # $subject: remove the Docker socket; dcgm-exporter needs only
@@ -118,6 +128,7 @@ def _runtimes(snapshot: Snapshot, template: PodTemplate) -> set[str]:
         "https://github.com/NVIDIA/dcgm-exporter/blob/main/deployment/examples/dcgm-exporter.yaml",
         "https://kubernetes.io/docs/tasks/administer-cluster/migrating-from-dockershim/check-if-dockershim-removal-affects-you/",
         "https://docs.datadoghq.com/agent/guide/docker-deprecation/",
+        "https://kubernetes.io/docs/concepts/storage/volumes/#hostpath-volume-types",
     ),
 )
 def gpu_agents_do_not_mount_docker_socket(snapshot: Snapshot) -> Iterator[Result]:
@@ -136,13 +147,23 @@ def gpu_agents_do_not_mount_docker_socket(snapshot: Snapshot) -> Iterator[Result
 def _finding(
     daemonset: Resource,
     template: PodTemplate,
-    volumes: list[tuple[str, str]],
+    volumes: list[tuple[str, str, str]],
     runtimes: set[str],
 ) -> Result:
-    paths = ", ".join(path for _, path in volumes)
+    paths = ", ".join(path for _, path, _ in volumes)
+    must_exist = [
+        p for _, p, kind in volumes if kind == "Socket" and p.rstrip("/") not in SOCKET_DIRS
+    ]
     if runtimes & DOCKER_RUNTIMES:
         severity = Severity.HIGH
         where = "a Docker node: a writable docker.sock in a pod is root on the node"
+    elif runtimes and runtimes <= CRI_RUNTIMES and must_exist:
+        severity = Severity.HIGH
+        where = (
+            f"{'/'.join(sorted(runtimes))} nodes, where Docker does not run: with hostPath "
+            f"type Socket the kubelet refuses to start the pod ({', '.join(must_exist)} does "
+            "not exist), so the agent does not run on those nodes"
+        )
     elif runtimes and runtimes <= CRI_RUNTIMES:
         severity = Severity.LOW
         where = f"{'/'.join(sorted(runtimes))} nodes, where Docker does not run"
@@ -156,7 +177,7 @@ def _finding(
         severity=severity,
         fix={
             "subject": f"DaemonSet {daemonset.ref.namespace}/{daemonset.ref.name}",
-            "body": _patch(template, {name for name, _ in volumes}),
+            "body": _patch(template, {name for name, _, _ in volumes}),
         },
     )
 

@@ -61,6 +61,11 @@ _NAME_LABEL = "kubernetes.io/metadata.name"
         namespace selector (not a LabelSelector field; the API drops it) fails. Not flagged:
         monitors whose verdict needs Namespace labels the input does not have.
     """,
+    severity_evidence="""
+        Medium when every Prometheus in the input that manages monitors is shown not to select
+        the monitor, or a Prometheus namespace selector uses matchNames: its metrics never
+        arrive. Verdicts that need Namespace labels the input lacks are not given.
+    """,
     remediation="""
         # $kind $namespace/$name: $problem
         $snippet

@@ -60,6 +60,12 @@ from ._common import (
         backing pods are not in the input; selected Services that lack the port while
         another selected Service has it (multi-Service selectors).
     """,
+    severity_evidence="""
+        Medium whenever the input shows the monitor resolves to nothing: no Service matches
+        in its namespaces, or its port names no selected Service port. Low for an endpoint
+        without port or targetPort (it scrapes every port). Monitors whose namespaces hold no
+        Service in the input, and targetPorts whose pods are not in the input, are not judged.
+    """,
     remediation="""
         # $kind $namespace/$name: $advice
         apiVersion: monitoring.coreos.com/v1

@@ -25,6 +25,8 @@ from gpu_audit.api import (
     schedules_on,
 )
 
+from ._common import is_platform_gpu_agent
+
 # Host paths that hand a container device nodes directly: the whole /dev (or the host root,
 # which contains it), GPU, render, RDMA, ROCm and VFIO passthrough nodes.
 _DEVICE_PREFIXES = ("/dev/nvidia", "/dev/dri", "/dev/infiniband", "/dev/kfd", "/dev/vfio")
@@ -62,14 +64,24 @@ _VISIBLE_DEVICES_FROM_PLUGIN = """\
     detection="""
         Every pod template except the GPU and network stack's own (a system namespace such as
         gpu-operator or kube-system AND an NVIDIA/Mellanox/EFA component image, or a
-        DaemonSet built only from GPU-stack images in any namespace): hostPath
+        DaemonSet built only from GPU-stack images in any namespace) and the managed
+        platform's own GPU agents (kube-system DaemonSets labelled
+        addonmanager.kubernetes.io/mode, or built only from GKE's GPU images such as
+        nvidia-gpu-device-plugin, which mounts /dev by design): hostPath
         volumes of /, /dev or under /dev/nvidia*, /dev/dri, /dev/infiniband, /dev/kfd,
-        /dev/vfio (high); privileged containers that request GPUs (high) or that can run on a
-        GPU node without requesting one (medium; when Nodes are in the input, only if the pod's
-        selectors and tolerations admit a GPU node; never for kube-system agents); a literal
-        NVIDIA_VISIBLE_DEVICES other than void/none in a container without a GPU request
-        (high). Not flagged: /dev/shm as an emptyDir, other hostPaths, NVIDIA_VISIBLE_DEVICES
-        coming from valueFrom.
+        /dev/vfio; privileged containers that request GPUs or that can run on a GPU node
+        without requesting one (when Nodes are in the input, only if the pod's selectors and
+        tolerations admit a GPU node; never for kube-system agents); a literal
+        NVIDIA_VISIBLE_DEVICES other than void/none in a container without a GPU request. Not
+        flagged: /dev/shm as an emptyDir, other hostPaths, NVIDIA_VISIBLE_DEVICES coming from
+        valueFrom.
+    """,
+    severity_evidence="""
+        High when the spec itself hands the workload devices outside the device plugin: a
+        hostPath of /, /dev or a GPU/RDMA device node, a privileged container that requests
+        GPUs, a literal NVIDIA_VISIBLE_DEVICES without a GPU request. Medium for a privileged
+        container without a GPU request that the input shows can land on a GPU node (or when no
+        Node is in the input).
     """,
     remediation="""
         # $kind $namespace/$name ($where): $problem
@@ -117,6 +129,7 @@ _VISIBLE_DEVICES_FROM_PLUGIN = """\
         "https://kubernetes.io/docs/concepts/security/pod-security-standards/",
         "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",
         "https://github.com/NVIDIA/k8s-device-plugin#readme",
+        "https://github.com/GoogleCloudPlatform/container-engine-accelerators/blob/master/cmd/nvidia_gpu/device-plugin.yaml",
         "https://kubernetes.io/docs/tasks/manage-kubernetes-objects/update-api-object-kubectl-patch/",
     ),
     remediation_root="pod_spec",
@@ -127,6 +140,9 @@ def gpu_devices_only_through_device_plugin(snapshot: Snapshot) -> Iterator[Resul
         # NVIDIA's static manifests (GFD, device plugin) install into the current namespace,
         # often `default`: a DaemonSet built only from GPU-stack images is the stack too.
         if is_stack_pod_in_system_namespace(template) or is_gpu_stack_node_agent(template):
+            continue
+        if platform := is_platform_gpu_agent(template):
+            yield passed(template, f"is {platform}: it reaches devices by design")
             continue
         findings = [
             *_host_device_volumes(template),

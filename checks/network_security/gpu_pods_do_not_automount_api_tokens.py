@@ -50,8 +50,11 @@ _RISKY_VERBS = {"get", "list", "watch", "*"}
         GPU pod templates and model-server templates (SRV-CLASSIFY), except the GPU/network
         stack and pods that use the API by design (KubeRay, Spark, MPI launchers, notebooks,
         Knative revisions): the effective automountServiceAccountToken (the pod's field, else
-        its ServiceAccount's when that is in the input, else true). Medium instead of low when
-        RoleBindings/ClusterRoleBindings in the input bind the ServiceAccount to rules that
+        its ServiceAccount's when that is in the input, else true).
+    """,
+    severity_evidence="""
+        Low: a mounted token is a foothold only if the account can do something. Medium when
+        RoleBindings or ClusterRoleBindings in the input bind the ServiceAccount to rules that
         read Secrets, create pods/exec, or use wildcards.
     """,
     remediation="""

@@ -5,8 +5,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gpu_audit.api import (
+    KSERVE_ISVC_LABEL,
     Category,
     FixKind,
+    PodTemplate,
     Resource,
     Result,
     Severity,
@@ -14,10 +16,14 @@ from gpu_audit.api import (
     as_list,
     as_mapping,
     check,
+    classify,
     failed,
     label_selector_matches,
     passed,
+    pod_templates,
 )
+
+from ._common import policy_selects
 
 WAIVER = "gpu-audit.io/intent"
 _DIRECTIONS = (("ingress", "from"), ("egress", "to"))
@@ -45,6 +51,11 @@ _DIRECTIONS = (("ingress", "from"), ("egress", "to"))
         gpu-audit.io/intent: or. Whether a selector matches any namespace is not judged,
         because offline inputs rarely carry every Namespace.
     """,
+    severity_evidence="""
+        Which reading was meant is a guess, so the evidence is what the policy guards: medium
+        when its podSelector selects model servers or GPU pods in the input (the OR opens them
+        to a whole namespace), low otherwise.
+    """,
     remediation="""
         # $kind $namespace/$name, $where: merge the two peers into ONE list item to mean
         # "pods matching $pods in namespaces matching $namespaces" (AND).
@@ -68,6 +79,7 @@ _DIRECTIONS = (("ingress", "from"), ("egress", "to"))
     ),
 )
 def network_policy_peers_combine_selectors_as_intended(snapshot: Snapshot) -> Iterator[Result]:
+    templates = tuple(pod_templates(snapshot))
     for policy in snapshot.of("NetworkPolicy"):
         if policy.annotations.get(WAIVER, "").lower() == "or":
             continue
@@ -79,14 +91,31 @@ def network_policy_peers_combine_selectors_as_intended(snapshot: Snapshot) -> It
                 if any("namespaceSelector" in p or "podSelector" in p for p in peers):
                     evaluated = True
                 pointer = f"/spec/{direction}/{index}/{key}"
-                for result in _or_mixups(policy, pointer, peers):
+                guarded = _guarded_gpu_work(policy, templates)
+                for result in _or_mixups(policy, pointer, peers, guarded):
                     found = True
                     yield result
         if evaluated and not found:
             yield passed(policy, "every peer combines its selectors unambiguously")
 
 
-def _or_mixups(policy: Resource, pointer: str, peers: list[Mapping[str, Any]]) -> Iterator[Result]:
+def _guarded_gpu_work(policy: Resource, templates: tuple[PodTemplate, ...]) -> str:
+    """The first model server or GPU workload the policy selects, "" when it selects none in
+    the input."""
+    for template in templates:
+        if not policy_selects(policy, template):
+            continue
+        serving = KSERVE_ISVC_LABEL in template.labels or any(
+            classify(c) for c in template.containers()
+        )
+        if serving or template.requests_gpu:
+            return str(template.owner.ref)
+    return ""
+
+
+def _or_mixups(
+    policy: Resource, pointer: str, peers: list[Mapping[str, Any]], guarded: str
+) -> Iterator[Result]:
     """`pointer` is the JSON pointer of the peer list (/spec/ingress/0/from)."""
     _, _, direction, index, key = pointer.split("/")
     path = f"spec.{direction}[{index}].{key}"
@@ -109,8 +138,14 @@ def _or_mixups(policy: Resource, pointer: str, peers: list[Mapping[str, Any]]) -
                 f"{path} lists namespaceSelector {namespaces} and podSelector {pods} as separate "
                 f"peers, which are ORed: as written it allows every pod in those namespaces OR "
                 f"those pods in {policy.ref.namespace}; one peer with both would mean pods "
-                f"{pods} in namespaces {namespaces}",
+                f"{pods} in namespaces {namespaces}"
+                + (
+                    f"; the policy guards {guarded}"
+                    if guarded
+                    else "; it selects no model server or GPU pod in the input"
+                ),
                 path=path,
+                severity=Severity.MEDIUM if guarded else Severity.LOW,
                 fix={
                     "where": path,
                     "namespaces": namespaces,

@@ -24,6 +24,15 @@ from gpu_audit.api import (
 
 _DECRYPTION_KEY = re.compile(r"DECRYPT|ENCRYPTION_?KEY|MODEL_?KEY", re.IGNORECASE)
 _SECRET_FLAG = re.compile(r"^--(api-key|hf-token|token|password|api-token)(=|$)")
+# Template placeholders a manifest ships instead of the real value ($HF_TOKEN, ${TOKEN},
+# {{ .Values.token }}, <your-token>, REPLACE_WITH_TOKEN): not a leaked credential, but applying
+# the manifest as it is documented means writing the real token into the spec.
+# The loader's redaction marker (<redacted>) stands for a real literal and is not one of them.
+_TEMPLATE_PLACEHOLDER = re.compile(
+    r"^(?!<redacted>$)(\$\{?[A-Za-z_][A-Za-z0-9_]*\}?|\{\{.*\}\}|<[^<>]+>|"
+    r"(REPLACE|INSERT|YOUR)[-_ A-Z]*)$",
+    re.IGNORECASE,
+)
 
 
 @check(
@@ -44,10 +53,17 @@ _SECRET_FLAG = re.compile(r"^--(api-key|hf-token|token|password|api-token)(=|$)"
         looks like a credential (API_KEY, TOKEN, PASSWORD, SECRET, HF_TOKEN, NGC_API_KEY...;
         not *_FILE/_PATH/_URL/_ID/_MODE, *_TOKENS, TOKENIZERS_PARALLELISM) or whose value has a
         known token shape (hf_, sk-, AKIA, nvapi-, ghp_, PEM private key); --api-key/--token/
-        --hf-token/--password flags with an inline value (high); decryption/model keys injected
-        through secretKeyRef (medium). ConfigMap data keys judged the same way (high). Booleans,
-        numbers, empty values and $(VAR) references to other env vars are not credentials.
-        Only names are reported, never values.
+        --hf-token/--password flags with an inline value; decryption/model keys injected
+        through secretKeyRef. ConfigMap data keys judged the same way. Booleans, numbers,
+        empty values and $(VAR) references to other env vars are not credentials. Only names
+        are reported, never values.
+    """,
+    severity_evidence="""
+        High for a literal value that is a credential: a known token shape (hf_, sk-, AKIA,
+        nvapi-, ghp_, a PEM key) or any other literal under a credential name. Low when the
+        literal is a template placeholder ($HF_TOKEN, {{ .Values.token }}, <your-token>,
+        REPLACE_WITH_TOKEN): nothing leaks yet, but the manifest asks for the token in the spec.
+        Low for a decryption key from a Secret in env (the Secret is used; a file is tighter).
     """,
     remediation="""
         # $kind $namespace/$name: $advice
@@ -101,10 +117,14 @@ def no_literal_credentials_in_pod_specs(snapshot: Snapshot) -> Iterator[Result]:
         keys = sorted(k for k, v in data.items() if credential_like(k, v))
         if keys:
             for key in keys:
+                placeholder = bool(_TEMPLATE_PLACEHOLDER.match(data[key].strip()))
                 yield failed(
                     config_map,
-                    f"data key {key!r} holds a credential-like literal value",
+                    f"data key {key!r} holds a template placeholder for a credential"
+                    if placeholder
+                    else f"data key {key!r} holds a credential-like literal value",
                     path=f"data.{key}",
+                    severity=Severity.LOW if placeholder else None,
                     fix=_config_map_fix(config_map.ref.namespace, config_map.ref.name, key),
                 )
         elif data:
@@ -116,10 +136,19 @@ def _container_findings(container: Container) -> Iterator[Result]:
     for name, entry in container.env().items():
         value = entry.get("value")
         if isinstance(value, str) and credential_like(name, value):
+            if _TEMPLATE_PLACEHOLDER.match(value.strip()):
+                message = (
+                    f"env {name} is a template placeholder for a credential: filled in as "
+                    "documented, the token is stored in the workload spec"
+                )
+                severity: Severity | None = Severity.LOW
+            else:
+                message, severity = f"env {name} is a literal credential (value not shown)", None
             yield failed(
                 container,
-                f"env {name} is a literal credential (value not shown)",
+                message,
                 path=f"{container.path}.env[{name}]",
+                severity=severity,
                 fix=_env_fix(container, f"env {name} of {where}", name, name),
             )
         secret_ref = as_mapping(as_mapping(entry.get("valueFrom")).get("secretKeyRef"))
@@ -128,7 +157,7 @@ def _container_findings(container: Container) -> Iterator[Result]:
                 container,
                 f"env {name} exposes a model decryption key to every process in the container",
                 path=f"{container.path}.env[{name}]",
-                severity=Severity.MEDIUM,
+                severity=Severity.LOW,
                 fix=_file_fix(container, name, str(secret_ref.get("name") or "")),
             )
     args = argv(container)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpu_audit.api import Snapshot, as_list
+from gpu_audit.api import NVIDIA_GPU_DRIVER, Snapshot, node_devices
 
 
 def label_int(labels: Mapping[str, str], key: str) -> int | None:
@@ -17,9 +17,4 @@ def label_int(labels: Mapping[str, str], key: str) -> int | None:
 
 def dra_gpu_nodes(snapshot: Snapshot) -> frozenset[str]:
     """Nodes whose GPUs the NVIDIA DRA driver publishes (not its ComputeDomain slices)."""
-    names: set[str] = set()
-    for slice_ in snapshot.of("ResourceSlice"):
-        spec = slice_.spec
-        if spec.get("driver") == "gpu.nvidia.com" and as_list(spec.get("devices")):
-            names.add(str(spec.get("nodeName", "")))
-    return frozenset(names)
+    return frozenset(node_devices(snapshot, NVIDIA_GPU_DRIVER))

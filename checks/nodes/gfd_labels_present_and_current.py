@@ -24,6 +24,7 @@ from gpu_audit.api import (
     env_value,
     failed,
     gpu_hosts,
+    gpu_pod_templates,
     gpu_quantities,
     has_resource_status,
     is_bootstrapping,
@@ -73,6 +74,12 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600}
         are skipped. Cloud labels (gke-accelerator) do not substitute. Selectors that use GFD
         values no node carries are GPU-SCHED-002's finding.
     """,
+    severity_evidence="""
+        Missing labels are medium when a GPU workload in the input selects on one of them
+        (nodeSelector or required node affinity): it cannot land on the node. Without such
+        a workload they are low, as are labels GFD stopped refreshing (no clock: compared
+        with the newest node only).
+    """,
     remediation="""
         kubectl get pods -A -o wide --field-selector spec.nodeName=$name | grep gpu-feature-discovery
         # $hint
@@ -94,14 +101,23 @@ def gfd_labels_present_and_current(snapshot: Snapshot) -> Iterator[Result]:
     stale_after = max(_MIN_STALE_SECONDS, 10 * _sleep_seconds(daemonsets, policy))
     nodes = [n for n in gpu_hosts(snapshot) if _labelled_by_gfd(n, daemonsets, policy)]
     newest = max((t for n in nodes if (t := _timestamp(n)) is not None), default=None)
+    wanted = _selected_label_keys(snapshot) if nodes else {}
     for node in nodes:
         missing = _missing(node)
         timestamp = _timestamp(node)
         if missing:
+            users = sorted({w for key in _missing_keys(node, missing) for w in wanted.get(key, ())})
+            impact = (
+                f": GPU workloads that select on them cannot land here ({', '.join(users[:3])}"
+                f"{f' and {len(users) - 3} more' if len(users) > 3 else ''})"
+                if users
+                else "; no workload in the input selects on them"
+            )
             yield failed(
                 node,
-                f"lacks the GFD labels {', '.join(missing)}",
+                f"lacks the GFD labels {', '.join(missing)}{impact}",
                 path="metadata.labels",
+                severity=Severity.MEDIUM if users else Severity.LOW,
                 fix={"hint": "GFD is not running or not labelling here: read its log on the node"},
             )
         elif newest is not None and timestamp is not None and newest - timestamp > stale_after:
@@ -116,6 +132,33 @@ def gfd_labels_present_and_current(snapshot: Snapshot) -> Iterator[Result]:
             )
         else:
             yield passed(node, "carries GFD's product, count, memory and driver labels")
+
+
+def _missing_keys(node: Resource, missing: list[str]) -> set[str]:
+    """Every label key a missing requirement stands for (a deprecated alias included)."""
+    return {key for names in _REQUIRED if names[0] in missing for key in names}
+
+
+def _selected_label_keys(snapshot: Snapshot) -> dict[str, set[str]]:
+    """GFD label key -> the GPU workloads whose nodeSelector or required node affinity uses it."""
+    found: dict[str, set[str]] = {}
+    gfd_keys = {key for names in _REQUIRED for key in names}
+    for template in gpu_pod_templates(snapshot):
+        spec = template.spec
+        keys = {str(k) for k in as_mapping(spec.get("nodeSelector"))}
+        required = as_mapping(
+            as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity")).get(
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            )
+        )
+        for term in map(as_mapping, as_list(required.get("nodeSelectorTerms"))):
+            keys.update(
+                str(as_mapping(e).get("key", "")) for e in as_list(term.get("matchExpressions"))
+            )
+        owner = template.owner.ref
+        for key in keys & gfd_keys:
+            found.setdefault(key, set()).add(f"{owner.kind_name} {owner.namespace}/{owner.name}")
+    return found
 
 
 def _is_gfd(daemonset: Resource) -> bool:

@@ -46,6 +46,13 @@ _WHOLE = "nvidia.com/gpu"
         built-in instance-type table: only the Karpenter label is trusted. Nodes that are
         NotReady or still joining are skipped (no clock for the catalogue's 2-minute guard).
     """,
+    severity_evidence="""
+        High when allocatable is below capacity: the kubelet has marked those GPUs unhealthy
+        and the scheduler lost them. Medium when capacity differs from GFD's count x replicas
+        or GFD counts fewer GPUs than the Karpenter instance type has: concrete, but the node
+        still serves the GPUs it advertises. Nodes NotReady or joining are not judged, and MIG
+        mixed nodes are not compared with GFD's count.
+    """,
     remediation="""
         kubectl describe node $name
         # then: the device plugin logs on $name (grep -i -E 'xid|unhealthy'), and

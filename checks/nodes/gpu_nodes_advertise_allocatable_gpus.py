@@ -1,24 +1,48 @@
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from gpu_audit.api import (
+    CLUSTER_POLICY,
     Category,
     FixKind,
+    ObjRef,
     QuantityError,
+    RelatedRef,
+    RelatedRole,
     Resource,
     Result,
     Severity,
     Snapshot,
+    StackDaemonSet,
+    Taint,
+    active_cluster_policy,
+    as_list,
     as_mapping,
+    builtin_device_plugin,
     check,
+    component_enabled,
+    containers,
+    controller_owner,
+    daemonset_untolerated_taints,
+    event_note,
+    event_regarding,
+    event_time,
     failed,
     format_quantity,
     gpu_hosts,
     gpu_quantities,
+    gpu_selection_keys,
+    gpu_stack_daemonsets,
     has_resource_status,
     is_bootstrapping,
     parse_quantity,
     passed,
+    policy_operand_runs_on,
+    relate,
+    stack_agent_runs_on,
 )
 from gpu_audit.checks.nodes._common import dra_gpu_nodes
 
@@ -33,30 +57,57 @@ _VM_MODES = ("vm-passthrough", "vm-vgpu")
     requires=("Node",),
     rationale="""
         The scheduler only places GPU pods on nodes whose status.allocatable lists GPUs. A GPU
-        node without them (device plugin disabled, paused by the MIG manager, an invalid MIG
-        layout, or every GPU marked unhealthy after XID errors) is an expensive instance that
-        takes no GPU pod. When no GPU node advertises GPUs, no GPU pod in the cluster can run.
+        node without them (device plugin disabled, not placed on the node, not Ready there,
+        paused by the MIG manager, an invalid MIG layout, or every GPU marked unhealthy after
+        XID errors) is an expensive instance that takes no GPU pod. When no GPU node
+        advertises GPUs, no GPU pod in the cluster can run.
     """,
     detection="""
         Live (nodes with status): every GPU node identified by labels, not by capacity (GFD/NFD
         labels, cloud accelerator labels), must have a positive allocatable nvidia.com/gpu,
         nvidia.com/gpu.shared or nvidia.com/mig-* resource. Passes too for nodes whose GPUs are
         published by the NVIDIA DRA driver (a gpu.nvidia.com ResourceSlice with devices) and, for
-        vm-passthrough/vm-vgpu nodes, any positive nvidia.com/* resource. The message names the
-        likely cause: disabled by label (medium), paused for a MIG change, MIG-INVALID product,
-        capacity > 0 with allocatable 0 (unhealthy GPUs), or no plugin at all. Critical when no
-        evaluated GPU node advertises GPUs. Nodes that are NotReady or still carry join-time
-        taints are skipped (the check has no clock for the catalogue's 10-minute guard).
+        vm-passthrough/vm-vgpu nodes, any positive nvidia.com/* resource. Causes on the node
+        itself are reported on the node: disabled by label, paused for a MIG change, MIG-INVALID
+        product, capacity > 0 with allocatable 0 (unhealthy GPUs). When no device plugin has
+        registered, the cause is looked for in the input and reported once, with the nodes as
+        related symptoms: on the device-plugin DaemonSet that cannot be placed on them
+        (untolerated taints, nodeSelector/affinity; on the ClusterPolicy when the GPU Operator
+        renders it) or whose pod there is not Ready; on the ClusterPolicy when its
+        device-plugin operand (not in the input) would not tolerate their taints; on the
+        DaemonSet to install when the input has DaemonSets but no NVIDIA device plugin, no
+        ClusterPolicy deploying one and no platform plugin (GKE, Bottlerocket, EKS Auto Mode).
+        Otherwise the node is reported. Nodes that are NotReady or still carry join-time taints
+        are skipped (the check has no clock for the catalogue's 10-minute guard).
+    """,
+    severity_evidence="""
+        High: a GPU node that takes no GPU pod; critical when no evaluated GPU node advertises
+        GPUs (no GPU pod in the cluster can run). Medium when the device plugin is disabled on
+        the node by a label, which may be deliberate.
     """,
     remediation="""
-        kubectl get pods -A -o wide -l app=nvidia-device-plugin-daemonset --field-selector spec.nodeName=$name
-        # $hint
+        # $summary
+        $command
     """,
     fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # a GPU node advertises no GPUs: see whether a device-plugin pod runs there, and why not
+        kubectl get pods -A -o wide -l app=nvidia-device-plugin-daemonset --field-selector spec.nodeName=<node>
+        # the device-plugin DaemonSet does not tolerate the GPU nodes' taint: add the toleration
+        kubectl -n <namespace> patch daemonset <daemonset> --type=json -p '[{"op": "add", "path": "/spec/template/spec/tolerations/-", "value": {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}}]'
+        # a GPU Operator operand: the tolerations come from the ClusterPolicy
+        kubectl patch clusterpolicy <clusterpolicy> --type=merge -p '{"spec": {"daemonsets": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}}'
+        # the device-plugin pod on the node is not Ready: read its events and logs
+        kubectl -n <namespace> describe pod <pod>
+        # no NVIDIA device plugin at all: install it (the chart tolerates nvidia.com/gpu)
+        helm upgrade -i nvdp nvidia-device-plugin --repo https://nvidia.github.io/k8s-device-plugin --namespace nvidia-device-plugin --create-namespace
+    """,
     references=(
         "https://github.com/NVIDIA/k8s-device-plugin/issues/58",
         "https://github.com/kubernetes/kubernetes/pull/57266",
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html",
+        "https://github.com/NVIDIA/k8s-device-plugin#deployment-via-helm",
+        "https://kubernetes.io/docs/concepts/workloads/controllers/daemonset/#taints-and-tolerations",
     ),
 )
 def gpu_nodes_advertise_allocatable_gpus(snapshot: Snapshot) -> Iterator[Result]:
@@ -65,6 +116,7 @@ def gpu_nodes_advertise_allocatable_gpus(snapshot: Snapshot) -> Iterator[Result]
     verdicts = {n.ref.name: _problem(n, n.ref.name in dra) for n in nodes}
     # Every node short of GPUs: no GPU pod can run anywhere.
     cluster_wide = bool(nodes) and all(v is not None for v in verdicts.values())
+    causes: dict[ObjRef, _Cause] = {}
     for node in nodes:
         problem = verdicts[node.ref.name]
         if problem is None:
@@ -73,14 +125,331 @@ def gpu_nodes_advertise_allocatable_gpus(snapshot: Snapshot) -> Iterator[Result]
         message, severity, hint = problem
         if cluster_wide and severity is Severity.HIGH:
             severity = Severity.CRITICAL
+        found = _unregistered_cause(snapshot, node) if hint == _NO_PLUGIN else None
+        if found is not None:
+            cause = causes.setdefault(found.target.ref, found)
+            cause.nodes.append((node, found.why))
+            cause.seen_taints.extend(found.taints)
+            cause.severity = max(cause.severity, severity, key=lambda s: s.rank)
+            continue
+        if cluster_wide:
             message += "; no GPU node in the input advertises GPUs"
         yield failed(
             node,
             message,
             path="status.allocatable",
             severity=severity,
-            fix={"hint": hint},
+            fix={
+                "summary": f"Node {node.ref.name}: {hint}",
+                "command": "kubectl get pods -A -o wide -l app=nvidia-device-plugin-daemonset "
+                f"--field-selector spec.nodeName={node.ref.name}",
+            },
         )
+    for cause in sorted(causes.values(), key=lambda c: c.target.ref.sort_key):
+        yield cause.result(cluster_wide)
+
+
+_DEVICE_PLUGIN = "device-plugin"  # the stack role, and the operand's deploy-label suffix
+# Labels of NFD (the NVIDIA PCI device) and GFD/the GPU Operator that a plugin may select on.
+_LABELLER_PREFIXES = ("feature.node.kubernetes.io/", "nvidia.com/")
+_NO_PLUGIN = "no plugin pod on the node: check the operator's nodeSelector and the NFD/GFD labels"
+_GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@dataclass
+class _Cause:
+    """One object that keeps the device plugin off (or broken on) GPU nodes: `why` is what
+    it does to the node it was found for; the caller collects every node it explains, each
+    with its own `why`, in `nodes`."""
+
+    target: Resource
+    what: str  # the sentence after the object's name, before the nodes
+    fix: Callable[[Sequence[Taint]], dict[str, str]]  # from the taints of every node
+    why: str
+    taints: tuple[Taint, ...] = ()  # what keeps it off the node it was found for
+    related: list[RelatedRef] = field(default_factory=list)
+    nodes: list[tuple[Resource, str]] = field(default_factory=list)
+    severity: Severity = Severity.HIGH
+    seen_taints: list[Taint] = field(default_factory=list)
+
+    def result(self, cluster_wide: bool) -> Result:
+        nodes = self.nodes
+        sep = "; " if any(why for _, why in nodes) else ", "
+        shown = sep.join(f"{n.ref.name} ({why})" if why else n.ref.name for n, why in nodes[:3])
+        more = f" and {len(nodes) - 3} more" if len(nodes) > 3 else ""
+        tail = "; no GPU node in the input advertises GPUs" if cluster_wide else ""
+        count = f"{len(nodes)} GPU node{'s' if len(nodes) != 1 else ''}"
+        return failed(
+            self.target,
+            f"{self.what}, so {count} advertise{'s' if len(nodes) == 1 else ''} no allocatable "
+            f"GPUs: {shown}{more}{tail}",
+            path=_path(self.target),
+            severity=self.severity,
+            fix=self.fix(list(dict.fromkeys(self.seen_taints))),
+            related=[*(relate(n, RelatedRole.SYMPTOM) for n, _ in nodes), *self.related],
+        )
+
+
+def _path(target: Resource) -> str:
+    if target.ref.kind == CLUSTER_POLICY:
+        return "spec.daemonsets.tolerations"
+    return "spec.template.spec"
+
+
+def _unregistered_cause(snapshot: Snapshot, node: Resource) -> _Cause | None:
+    """Why no device plugin has registered GPUs on the node, as an object to change, when
+    the input shows it; None when it does not."""
+    plugins = [d for d in gpu_stack_daemonsets(snapshot) if d.role == _DEVICE_PLUGIN]
+    placed = [d for d in plugins if stack_agent_runs_on(d, node)]
+    if placed:
+        return _not_ready(snapshot, node, placed)
+    if builtin_device_plugin(node):
+        return None  # the platform's own plugin: nothing in the input to change
+    if plugins:
+        return _not_placed(snapshot, node, plugins)
+    policy = active_cluster_policy(snapshot)
+    if policy is not None and component_enabled(policy, "devicePlugin"):
+        if policy_operand_runs_on(policy, node, _DEVICE_PLUGIN):
+            return None  # the operator deploys it there; its DaemonSet is not in the input
+        return _policy_taints(policy, node)
+    if not snapshot.has("DaemonSet") or _operator_may_deploy(snapshot):
+        return None  # the input cannot tell whether a plugin is meant to be there
+    return _missing_plugin(node)
+
+
+def _operator_may_deploy(snapshot: Snapshot) -> bool:
+    """The GPU Operator runs, or its ClusterPolicy could not be read: its device plugin may
+    be on the way, so its absence is not the finding's object."""
+    if any(gap.type == CLUSTER_POLICY and not gap.api_absent for gap in snapshot.gaps):
+        return True
+    return any(
+        "gpu-operator" in str(c.get("image", ""))
+        for deployment in snapshot.of("Deployment")
+        for c in containers(deployment)
+    )
+
+
+def _owner_related(snapshot: Snapshot, agent: StackDaemonSet) -> list[RelatedRef]:
+    policy = active_cluster_policy(snapshot) if agent.operand else None
+    return [relate(policy, RelatedRole.OWNER)] if policy is not None else []
+
+
+def _not_placed(snapshot: Snapshot, node: Resource, plugins: list[StackDaemonSet]) -> _Cause | None:
+    # The plugin meant for these nodes: one that runs on some GPU node, else the first.
+    gpu = gpu_hosts(snapshot)
+    agent = next((d for d in plugins if any(stack_agent_runs_on(d, n) for n in gpu)), plugins[0])
+    taints = daemonset_untolerated_taints(agent.spec, node)
+    if not taints and any(
+        key not in node.labels and key.startswith(_LABELLER_PREFIXES)
+        for key in gpu_selection_keys(agent.spec)
+    ):
+        # It selects labels NFD or GFD put on GPU nodes, and they have not labelled this one:
+        # the labeller is what to fix (GPU-STACK-012), not the plugin; the node is reported.
+        return None
+    why = (
+        f"does not tolerate {', '.join(str(t) for t in taints)}"
+        if taints
+        else "its nodeSelector/affinity leaves the node out"
+    )
+    ds = agent.daemonset
+    policy = active_cluster_policy(snapshot) if agent.operand else None
+    if policy is not None:
+        # The operator renders the DaemonSet: a change to it would be reverted.
+        return _Cause(
+            policy,
+            f"renders device-plugin DaemonSet {ds.ref.namespace}/{ds.ref.name}, which cannot "
+            "be placed on its GPU nodes",
+            lambda ts: _policy_fix(policy, ts, why),
+            why,
+            taints=taints,
+            related=[relate(ds, RelatedRole.CAUSE)],
+        )
+    return _Cause(
+        ds,
+        "cannot be placed on the GPU nodes it is meant for",
+        lambda ts: _daemonset_fix(ds, agent.spec, ts, why),
+        why,
+        taints=taints,
+        related=_owner_related(snapshot, agent),
+    )
+
+
+def _daemonset_fix(
+    ds: Resource, spec: Mapping[str, Any], taints: Sequence[Taint], why: str
+) -> dict[str, str]:
+    name = f"DaemonSet {ds.ref.namespace}/{ds.ref.name}"
+    if not taints:
+        return {
+            "summary": f"{name}: {why}; label the GPU nodes or widen its nodeSelector/affinity",
+            "command": f"kubectl -n {ds.ref.namespace} get daemonset {ds.ref.name} -o "
+            "jsonpath='{.spec.template.spec.nodeSelector}{.spec.template.spec.affinity}'",
+        }
+    values = [_toleration(t) for t in taints]
+    ops: list[dict[str, Any]]
+    if as_list(spec.get("tolerations")):
+        ops = [
+            {"op": "add", "path": "/spec/template/spec/tolerations/-", "value": v} for v in values
+        ]
+    else:
+        ops = [{"op": "add", "path": "/spec/template/spec/tolerations", "value": values}]
+    return {
+        "summary": f"{name}: tolerate the GPU nodes' taints",
+        "command": f"kubectl -n {ds.ref.namespace} patch daemonset {ds.ref.name} --type=json "
+        f"-p '{_quoted(ops)}'",
+    }
+
+
+def _policy_fix(policy: Resource, taints: Sequence[Taint], why: str) -> dict[str, str]:
+    if not taints:
+        return {
+            "summary": f"ClusterPolicy {policy.ref.name}: its device plugin {why}; check the "
+            "nodes' nvidia.com/gpu.deploy.* labels and the operator's NFD labels",
+            "command": "kubectl get nodes -L nvidia.com/gpu.deploy.device-plugin,"
+            "feature.node.kubernetes.io/pci-10de.present",
+        }
+    existing = list(as_list(as_mapping(policy.spec.get("daemonsets")).get("tolerations")))
+    tolerations = existing + [_toleration(t) for t in taints]
+    patch = {"spec": {"daemonsets": {"tolerations": tolerations}}}
+    return {
+        "summary": f"ClusterPolicy {policy.ref.name}: let its operands tolerate the GPU nodes' "
+        "taints (spec.daemonsets.tolerations)",
+        "command": f"kubectl patch clusterpolicy {policy.ref.name} --type=merge "
+        f"-p '{_quoted(patch)}'",
+    }
+
+
+def _policy_taints(policy: Resource, node: Resource) -> _Cause:
+    extra = as_list(as_mapping(policy.spec.get("daemonsets")).get("tolerations"))
+    taints = daemonset_untolerated_taints({"tolerations": [_GPU_TOLERATION, *extra]}, node)
+    why = f"does not tolerate {', '.join(str(t) for t in taints)}" if taints else ""
+    return _Cause(
+        policy,
+        "deploys the device plugin with tolerations that keep it off its GPU nodes",
+        lambda ts: _policy_fix(policy, ts, why),
+        why,
+        taints=taints,
+    )
+
+
+def _missing_plugin(node: Resource) -> _Cause:
+    # The object to create: the name and namespace of NVIDIA's Helm chart for the plugin.
+    raw = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": _CHART_DAEMONSET, "namespace": _CHART_NAMESPACE},
+    }
+    target = Resource(
+        ObjRef("DaemonSet", _CHART_NAMESPACE, _CHART_DAEMONSET), "apps/v1", raw, node.source
+    )
+    return _Cause(
+        target,
+        "does not exist (the input has no NVIDIA device-plugin DaemonSet, no GPU Operator "
+        "ClusterPolicy deploying one and no platform plugin)",
+        _fixed(
+            {
+                "summary": "install the NVIDIA device plugin (its chart tolerates nvidia.com/gpu)",
+                "command": "helm upgrade -i nvdp nvidia-device-plugin "
+                "--repo https://nvidia.github.io/k8s-device-plugin "
+                f"--namespace {_CHART_NAMESPACE} --create-namespace",
+            }
+        ),
+        "",
+    )
+
+
+_CHART_NAMESPACE = "nvidia-device-plugin"
+_CHART_DAEMONSET = "nvdp-nvidia-device-plugin"
+
+
+def _not_ready(snapshot: Snapshot, node: Resource, placed: list[StackDaemonSet]) -> _Cause | None:
+    """The placed plugin whose pod on the node is missing or not Ready, when live pods show it."""
+    index = snapshot.derived("nodes.pods_with_status_by_owner", _pods_with_status_by_owner)
+    for agent in placed:
+        by_node = index.get(agent.daemonset.ref)
+        if by_node is None:
+            continue  # no live pod of it in the input: cannot tell
+        pods = sorted(by_node.get(node.ref.name, []), key=lambda p: p.ref.sort_key)
+        if any(_ready(p) for p in pods):
+            return None  # running and Ready, yet nothing registered: not visible here
+        ds = agent.daemonset
+        why = (
+            f"pod {pods[0].ref.name} not Ready{_pod_reason(snapshot, pods[0])}"
+            if pods
+            else "no pod of it there"
+        )
+        command = (
+            f"kubectl -n {ds.ref.namespace} describe pod {pods[0].ref.name}"
+            if pods
+            else f"kubectl -n {ds.ref.namespace} describe daemonset {ds.ref.name}"
+        )
+        return _Cause(
+            ds,
+            "has no Ready pod on GPU nodes it is placed on",
+            _fixed(
+                {
+                    "summary": f"DaemonSet {ds.ref.namespace}/{ds.ref.name}: why its pods are not Ready",
+                    "command": command,
+                }
+            ),
+            why,
+            related=_owner_related(snapshot, agent),
+        )
+    return None
+
+
+def _pods_with_status_by_owner(snapshot: Snapshot) -> dict[ObjRef, dict[str, list[Resource]]]:
+    index: dict[ObjRef, dict[str, list[Resource]]] = {}
+    for pod in snapshot.of("Pod"):
+        if pod.status and (owner := controller_owner(snapshot, pod)) is not None:
+            by_node = index.setdefault(owner.ref, {})
+            by_node.setdefault(str(pod.spec.get("nodeName") or ""), []).append(pod)
+    return index
+
+
+def _ready(pod: Resource) -> bool:
+    return any(
+        as_mapping(c).get("type") == "Ready" and as_mapping(c).get("status") == "True"
+        for c in as_list(pod.status.get("conditions"))
+    )
+
+
+def _pod_reason(snapshot: Snapshot, pod: Resource) -> str:
+    """What the pod's status and its latest Warning event say, briefly."""
+    reasons = [
+        str(as_mapping(as_mapping(s).get("state")).get("waiting", {}).get("reason", ""))
+        for key in ("initContainerStatuses", "containerStatuses")
+        for s in as_list(pod.status.get(key))
+        if isinstance(as_mapping(as_mapping(s).get("state")).get("waiting"), Mapping)
+    ]
+    warnings = sorted(
+        (
+            e
+            for e in snapshot.of("Event", "Event.events.k8s.io")
+            if e.ref.namespace == pod.ref.namespace
+            and event_regarding(e).get("name") == pod.ref.name
+            and str(e.raw.get("type", "")) == "Warning"
+        ),
+        key=event_time,
+    )
+    parts = [r for r in dict.fromkeys(reasons) if r]
+    if warnings:
+        latest = warnings[-1]
+        parts.append(f"{latest.raw.get('reason', 'Warning')}: {event_note(latest)}")
+    return f": {'; '.join(parts)}" if parts else ""
+
+
+def _fixed(fix: dict[str, str]) -> Callable[[Sequence[Taint]], dict[str, str]]:
+    """A fix that does not depend on the taints."""
+    return lambda _: fix
+
+
+def _toleration(taint: Taint) -> dict[str, str]:
+    return {"key": taint.key, "operator": "Exists", "effect": taint.effect}
+
+
+def _quoted(value: object) -> str:
+    """JSON for a single-quoted shell argument."""
+    return json.dumps(value).replace("'", "'\\''")
 
 
 def _gpu_like(node: Resource) -> dict[str, Decimal]:
@@ -136,5 +505,5 @@ def _problem(node: Resource, dra: bool) -> tuple[str, Severity, str] | None:
     return (
         "has no allocatable GPUs: no device plugin has registered GPUs on this node",
         Severity.HIGH,
-        "no plugin pod on the node: check the operator's nodeSelector and the NFD/GFD labels",
+        _NO_PLUGIN,
     )

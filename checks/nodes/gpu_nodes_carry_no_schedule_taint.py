@@ -17,11 +17,18 @@ from gpu_audit.api import (
     node_taints,
     nodepool_gpu_scope,
     nodepool_taints,
+    owner_kinds,
     passed,
+    pod_is_active,
+    relate,
+    templates_of,
 )
 
 # Key == resource name, so ExtendedResourceToleration adds the toleration to GPU pods.
 _SUGGESTED = Taint("nvidia.com/gpu", "present", "NoSchedule")
+_KARPENTER_POOL = "karpenter.sh/nodepool"
+_MIRROR = "kubernetes.io/config.mirror"
+_SHOWN = 3
 
 
 @check(
@@ -43,10 +50,19 @@ _SUGGESTED = Taint("nvidia.com/gpu", "present", "NoSchedule")
         NoSchedule or NoExecute taint other than lifecycle taints (node.kubernetes.io/*,
         node.cloudprovider.kubernetes.io/*, karpenter.sh/disrupted, cluster-autoscaler's), since
         any dedicating taint keeps CPU pods off, not only nvidia.com/gpu. A PreferNoSchedule taint
-        only half-works and is reported at low severity. Karpenter startupTaints are removed
+        only half-works and fails like no taint. Karpenter startupTaints are removed
         after boot and do not count. When the input has no non-GPU node or NodePool (a GPU-only
         cluster, e.g. a GKE cluster that never auto-tainted its GPU pools) the finding is info.
-        NodePools that may launch both CPU and GPU instances are not evaluated.
+        NodePools that may launch both CPU and GPU instances are not evaluated. Occupants are
+        the input's active Pods bound to the node (a NodePool's: to its nodes, by the
+        karpenter.sh/nodepool label) that request no GPU, other than DaemonSet and static
+        (mirror) pods, which run on every node whatever its taints.
+    """,
+    severity_evidence="""
+        Medium only when the input shows non-GPU pods occupying the untainted (or only
+        PreferNoSchedule-tainted) GPU node or the nodes of the GPU-only NodePool, which is
+        the evidence that CPU work takes its CPU and memory and keeps it from scaling down;
+        without such pods it is low (untainted, or soft taint), and info in a GPU-only cluster.
     """,
     remediation="""
         kubectl $command
@@ -76,15 +92,41 @@ def gpu_nodes_carry_no_schedule_taint(snapshot: Snapshot) -> Iterator[Result]:
     pools = snapshot.of(NODEPOOL)
     gpu_pools = [p for p in pools if nodepool_gpu_scope(p) == "only"]
     gpu_only_cluster = all(is_gpu_host(n) for n in nodes) and len(gpu_pools) == len(pools)
+    occupants = _cpu_pods_by_node(snapshot)
     for node in nodes:
         if is_gpu_host(node):
-            yield _verdict(node, node_taints(node), gpu_only_cluster, _node_command(node))
+            here = occupants.get(node.ref.name, [])
+            yield _verdict(node, node_taints(node), gpu_only_cluster, _node_command(node), here)
     for pool in gpu_pools:
         taints = nodepool_taints(pool)
-        yield _verdict(pool, taints, gpu_only_cluster, _nodepool_command(pool, taints))
+        members = [n.ref.name for n in nodes if n.labels.get(_KARPENTER_POOL) == pool.ref.name]
+        here = [p for name in members for p in occupants.get(name, [])]
+        yield _verdict(pool, taints, gpu_only_cluster, _nodepool_command(pool, taints), here)
 
 
-def _verdict(target: Resource, taints: tuple[Taint, ...], gpu_only: bool, command: str) -> Result:
+def _cpu_pods_by_node(snapshot: Snapshot) -> dict[str, list[Resource]]:
+    """Node name -> the active pods bound to it that request no GPU, without the DaemonSet
+    and static pods every node runs."""
+    found: dict[str, list[Resource]] = {}
+    for pod in snapshot.of("Pod"):
+        node_name = str(pod.spec.get("nodeName") or "")
+        if not node_name or not pod_is_active(pod):
+            continue
+        if "DaemonSet" in owner_kinds(pod) or _MIRROR in pod.annotations:
+            continue
+        if any(t.requests_gpu for t in templates_of(pod)):
+            continue
+        found.setdefault(node_name, []).append(pod)
+    return found
+
+
+def _verdict(
+    target: Resource,
+    taints: tuple[Taint, ...],
+    gpu_only: bool,
+    command: str,
+    occupants: list[Resource],
+) -> Result:
     path = "spec.taints" if target.ref.kind == "Node" else "spec.template.spec.taints"
     hard = dedicating_taints(taints)
     if hard:
@@ -92,14 +134,17 @@ def _verdict(target: Resource, taints: tuple[Taint, ...], gpu_only: bool, comman
     soft = dedicating_taints(taints, ("PreferNoSchedule",))
     what = "GPU node" if target.ref.kind == "Node" else "GPU-only NodePool"
     fix = {"command": command}
+    evidence = _occupied(occupants, "it" if target.ref.kind == "Node" else "its nodes")
+    related = [relate(p, "cause") for p in occupants]
     if soft:
         return failed(
             target,
             f"{what} has only the soft taint {soft[0]}: the scheduler still places CPU pods "
-            "there when other nodes are full",
+            f"there when other nodes are full{evidence or ''}",
             path=path,
-            severity=Severity.LOW,
+            severity=Severity.MEDIUM if evidence else Severity.LOW,
             fix=fix,
+            related=related,
         )
     if gpu_only:
         return failed(
@@ -110,12 +155,38 @@ def _verdict(target: Resource, taints: tuple[Taint, ...], gpu_only: bool, comman
             severity=Severity.INFO,
             fix=fix,
         )
+    if evidence:
+        return failed(
+            target,
+            f"{what} has no NoSchedule/NoExecute taint{evidence}: CPU work takes CPU and "
+            "memory GPU pods need there and keeps the node from scaling down",
+            path=path,
+            severity=Severity.MEDIUM,
+            fix=fix,
+            related=related,
+        )
     return failed(
         target,
-        f"{what} has no NoSchedule/NoExecute taint: CPU pods can occupy it and keep it alive",
+        f"{what} has no NoSchedule/NoExecute taint, so CPU pods may be placed on it; no pod "
+        "in the input shows that happening",
         path=path,
+        severity=Severity.LOW,
         fix=fix,
     )
+
+
+def _occupied(occupants: list[Resource], where: str) -> str:
+    """ ", and N pod(s) requesting no GPU run on <where> (...)", or "" without occupants."""
+    if not occupants:
+        return ""
+    names = ", ".join(f"{p.ref.namespace}/{p.ref.name}" for p in occupants[:_SHOWN])
+    more = f" and {len(occupants) - _SHOWN} more" if len(occupants) > _SHOWN else ""
+    pods = (
+        "1 pod requesting no GPU runs"
+        if len(occupants) == 1
+        else (f"{len(occupants)} pods requesting no GPU run")
+    )
+    return f", and {pods} on {where} ({names}{more})"
 
 
 def _node_command(node: Resource) -> str:

@@ -42,10 +42,16 @@ _UPGRADE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
         Live (nodes with status.conditions): Ready not True fails high, except while the node
         still carries join-time taints (uninitialized, karpenter.sh/unregistered); a
         AcceleratedHardwareReady=False condition fails high; absent optional conditions are not
-        findings. With Pods in the input, a cordoned GPU node running no GPU pod fails medium,
+        findings. With Pods in the input, a cordoned GPU node running no GPU pod fails,
         unless Karpenter is disrupting it or the GPU Operator's driver upgrade is in progress.
         The check has no clock, so the catalogue's 15-minute and 24-hour guards are not applied:
         a node seen in a transient state is reported.
+    """,
+    severity_evidence="""
+        High for a NotReady node or one whose hardware condition reports unhealthy: its GPUs
+        are gone. A cordoned GPU node with no GPU pod on it is medium only while GPU pods in
+        the input wait unscheduled (capacity withheld from work that needs it); otherwise it
+        is low, a cost that may be a retirement in progress.
     """,
     remediation="""
         kubectl describe node $name
@@ -62,11 +68,12 @@ _UPGRADE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 )
 def gpu_nodes_ready_and_hardware_healthy(snapshot: Snapshot) -> Iterator[Result]:
     busy = _nodes_running_gpu_pods(snapshot) if snapshot.has("Pod") else None
+    waiting = _pending_gpu_pods(snapshot)
     for node in gpu_hosts(snapshot):
         conditions = _conditions(node)
         if "Ready" not in conditions:
             continue  # a manifest, not a live node
-        problems = list(_problems(node, conditions, busy))
+        problems = list(_problems(node, conditions, busy, waiting))
         if not problems:
             yield passed(node, _healthy_message(node, conditions), path="status.conditions")
         for message, severity, path in problems:
@@ -78,7 +85,10 @@ def _conditions(node: Resource) -> dict[str, Mapping[str, Any]]:
 
 
 def _problems(
-    node: Resource, conditions: Mapping[str, Mapping[str, Any]], busy: frozenset[str] | None
+    node: Resource,
+    conditions: Mapping[str, Mapping[str, Any]],
+    busy: frozenset[str] | None,
+    waiting: list[str],
 ) -> Iterator[tuple[str, Severity | None, str]]:
     ready = conditions["Ready"]
     if ready.get("status") != "True" and not is_joining(node):
@@ -91,11 +101,23 @@ def _problems(
             yield f"{name}=False: {detail or 'GPU hardware unhealthy'}", None, "status.conditions"
     cordoned = node.spec.get("unschedulable") is True
     if cordoned and busy is not None and node.ref.name not in busy and not _in_maintenance(node):
-        yield (
-            "is cordoned with no GPU pod on it: the instance bills for nothing",
-            Severity.MEDIUM,
-            "spec.unschedulable",
-        )
+        if waiting:
+            shown = ", ".join(waiting[:3]) + (
+                f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
+            )
+            yield (
+                f"is cordoned with no GPU pod on it while {len(waiting)} GPU pod(s) wait "
+                f"unscheduled ({shown}): its GPUs are withheld from work that needs them",
+                Severity.MEDIUM,
+                "spec.unschedulable",
+            )
+        else:
+            yield (
+                "is cordoned with no GPU pod on it: the instance bills for nothing (unless "
+                "it is being retired right now)",
+                Severity.LOW,
+                "spec.unschedulable",
+            )
 
 
 def _healthy_message(node: Resource, conditions: Mapping[str, Mapping[str, Any]]) -> str:
@@ -110,6 +132,18 @@ def _in_maintenance(node: Resource) -> bool:
     if _UPGRADE_LABEL in node.labels:
         return True
     return any(t.key in _MAINTENANCE_TAINTS for t in node_taints(node))
+
+
+def _pending_gpu_pods(snapshot: Snapshot) -> list[str]:
+    """namespace/name of the GPU pods that wait for a node (Pending, not bound)."""
+    return [
+        f"{pod.ref.namespace}/{pod.ref.name}"
+        for pod in snapshot.of("Pod")
+        if pod.status.get("phase") == "Pending"
+        and not pod.spec.get("nodeName")
+        and not pod.metadata.get("deletionTimestamp")
+        and any(t.requests_gpu for t in templates_of(pod))
+    ]
 
 
 def _nodes_running_gpu_pods(snapshot: Snapshot) -> frozenset[str]:

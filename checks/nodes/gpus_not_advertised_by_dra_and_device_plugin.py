@@ -1,6 +1,7 @@
 from collections.abc import Iterator
 
 from gpu_audit.api import (
+    NVIDIA_GPU_DRIVER,
     Category,
     FixKind,
     Result,
@@ -13,8 +14,6 @@ from gpu_audit.api import (
     passed,
 )
 from gpu_audit.checks.nodes._common import dra_gpu_nodes
-
-_DRA_DRIVER = "gpu.nvidia.com"
 
 
 @check(
@@ -35,11 +34,17 @@ _DRA_DRIVER = "gpu.nvidia.com"
         the same Node also has a positive nvidia.com/gpu, nvidia.com/gpu.shared or
         nvidia.com/mig-* capacity (a device plugin registered them); passes otherwise. A stale
         nvidia.com/gpu: 0 key is harmless. Slices of compute-domain.nvidia.com (ComputeDomains,
-        IMEX channels) are meant to run next to the device plugin and are ignored, as are
-        DeviceClasses with extendedResourceName, which serve nvidia.com/gpu requests from DRA
-        without node capacity. Slice nodes absent from the input are not evaluated; the
+        IMEX channels) are meant to run next to the device plugin and are ignored here (whether
+        ComputeDomains can gather their nodes is GPU-NODE-009's), as are DeviceClasses with
+        extendedResourceName, which serve nvidia.com/gpu requests from DRA without node
+        capacity (a pod asking for GPUs both ways is GPU-SCHED-010's). Slice nodes absent from the input are not evaluated; the
         chart-values and GPUCluster parts of the catalogue entry are not implemented (the
         former needs Helm values, the latter is GPU-STACK-001's).
+    """,
+    severity_evidence="""
+        High whenever it fails: the same node showing DRA devices and positive device-plugin
+        capacity is itself the evidence that one GPU can be handed out twice. A stale
+        nvidia.com/gpu: 0 key is not evidence and passes.
     """,
     remediation="""
         kubectl label node $name nvidia.com/gpu.deploy.device-plugin=false --overwrite
@@ -62,12 +67,12 @@ def gpus_not_advertised_by_dra_and_device_plugin(snapshot: Snapshot) -> Iterator
             continue
         plugin = {k: v for k, v in sorted(gpu_quantities(node, "capacity").items()) if v > 0}
         if not plugin:
-            yield passed(node, f"advertises its GPUs only through DRA ({_DRA_DRIVER})")
+            yield passed(node, f"advertises its GPUs only through DRA ({NVIDIA_GPU_DRIVER})")
             continue
         shown = ", ".join(f"{k}={format_quantity(v)}" for k, v in plugin.items())
         yield failed(
             node,
-            f"has {_DRA_DRIVER} ResourceSlice devices and device-plugin capacity {shown}: "
+            f"has {NVIDIA_GPU_DRIVER} ResourceSlice devices and device-plugin capacity {shown}: "
             "the same GPUs can be allocated twice",
             path="status.capacity",
         )

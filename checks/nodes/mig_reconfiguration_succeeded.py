@@ -51,6 +51,11 @@ _DEPLOY_LABELS = tuple(
         metal) from a stuck one. Deploy labels set to "false" by an admin and
         paused-for-driver-upgrade are not MIG Manager's and are not flagged.
     """,
+    severity_evidence="""
+        High whenever it fails: the node's own labels say the MIG change failed or left
+        operands paused, so the node has another GPU layout than requested or advertises
+        none. Nodes still pending or rebooting are not judged.
+    """,
     remediation="""
         kubectl label node $name $labels --overwrite
         # if the change failed, read why:

@@ -66,6 +66,15 @@ _RESTART = "kubectl delete pods -A -l {app} --field-selector spec.nodeName={node
         high, medium when Karpenter NodePools are in the input. all-disabled and nodes without
         MIG pass.
     """,
+    severity_evidence="""
+        High when the node's own labels show the failure (a -MIG-INVALID product, a profile
+        applied under strategy none) or a GPU workload requests a MIG resource no node
+        advertises; medium when the layout problem is only assumed from the profile's name,
+        when GFD's strategy label disagrees with the ClusterPolicy or MIG resources remain
+        under single (a stale pod), and for the unadvertised request while Karpenter
+        NodePools could still launch such nodes. Mixed-strategy nodes advertising MIG
+        resources and nvidia.com/gpu 0 are the design, not a finding.
+    """,
     remediation="""
         $command
         # $hint

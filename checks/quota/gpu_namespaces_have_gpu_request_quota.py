@@ -1,3 +1,4 @@
+import json
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any
@@ -6,7 +7,9 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     FixKind,
+    ObjRef,
     PodTemplate,
+    RelatedRole,
     Resource,
     Result,
     Severity,
@@ -16,10 +19,17 @@ from gpu_audit.api import (
     check,
     failed,
     format_quantity,
+    is_gpu_resource,
     passed,
+    relate,
     str_map,
 )
-from gpu_audit.checks.quota._common import namespace_target, template_gpus, tenant_gpu_templates
+from gpu_audit.checks.quota._common import (
+    SYSTEM_NAMESPACES,
+    namespace_target,
+    template_gpus,
+    tenant_gpu_templates,
+)
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
@@ -35,7 +45,7 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
         one, one team's hyper-parameter sweep can take every GPU of a shared cluster. For
         extended resources the quota evaluator only counts `requests.<resource>`; a quota
         written as `limits.nvidia.com/gpu` or bare `nvidia.com/gpu` is accepted by the API but
-        caps nothing.
+        caps nothing (its status.used never counts the GPUs).
     """,
     detection="""
         For each namespace outside the control plane and GPU stack that has GPU pod templates,
@@ -44,30 +54,39 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
         the namespace with `requests.<resource>` in spec.hard whose scopes and scopeSelector
         (Terminating, BestEffort, PriorityClass...) match the pod, or be admitted by Kueue
         (a queue-name label naming a LocalQueue of the namespace whose ClusterQueue has a
-        nominalQuota for the resource). A quota that only lists the limits. or bare form is
-        reported as an ineffective quota. High when two or more namespaces run GPU pods, low
-        when only one does. DRA ResourceClaims are not counted here.
+        nominalQuota for the resource). A ResourceQuota that caps a GPU resource only as
+        `limits.<resource>` or the bare name is the object to change: the finding is on it,
+        with its namespace and the uncapped workloads as related symptoms. Without any such
+        quota the finding is on the Namespace. DRA ResourceClaims are not counted here.
+    """,
+    severity_evidence="""
+        A ResourceQuota whose GPU key the evaluator ignores is high when GPU workloads run in
+        its namespace (someone meant to cap them, and nothing is capped), low when none does
+        yet. A namespace with no GPU quota at all is high when two or more namespaces run GPU
+        pods (a shared cluster), low when only one does.
     """,
     remediation="""
-        # Namespace $ns: cap $resource ($reason)
-        apiVersion: v1
-        kind: ResourceQuota
-        metadata:
-          name: $quota
-          namespace: $ns
-        spec:
-          hard:
-            requests.$resource: "$count"   # extended resources are enforced only with requests.
+        # $summary
+        $command
     """,
-    fix_kind=FixKind.MANIFEST,
+    fix_kind=FixKind.COMMAND,
+    remediation_generic="""
+        # a ResourceQuota caps a GPU resource as limits.<resource> or <resource>, which the
+        # quota evaluator ignores: move the value to requests.<resource> ("/" is "~1" in a JSON pointer)
+        kubectl -n <namespace> patch resourcequota <quota> --type=json -p '[{"op": "remove", "path": "/spec/hard/limits.nvidia.com~1gpu"}, {"op": "add", "path": "/spec/hard/requests.nvidia.com~1gpu", "value": "<count>"}]'
+        # no ResourceQuota caps the GPU resource: create one (extended resources only with requests.)
+        kubectl -n <namespace> create quota gpu-quota --hard=requests.nvidia.com/gpu=<count>
+    """,
     references=(
-        "https://kubernetes.io/docs/concepts/policy/resource-quotas/#quota-for-extended-resources",
+        "https://kubernetes.io/docs/concepts/policy/resource-quotas/#resource-quota-for-extended-resources",
+        "https://github.com/kubernetes/kubernetes/blob/master/pkg/quota/v1/evaluator/core/pods.go",
         "https://kueue.sigs.k8s.io/docs/concepts/cluster_queue/",
     ),
 )
 def gpu_namespaces_have_gpu_request_quota(snapshot: Snapshot) -> Iterator[Result]:
     by_namespace = tenant_gpu_templates(snapshot)
-    severity = Severity.HIGH if len(by_namespace) >= 2 else Severity.LOW
+    shared_cluster = len(by_namespace) >= 2
+    reported: set[tuple[ObjRef, str]] = set()
     for namespace, templates in by_namespace.items():
         quotas = snapshot.in_namespace("ResourceQuota", namespace)
         target = namespace_target(snapshot, namespace, templates[0])
@@ -85,60 +104,145 @@ def gpu_namespaces_have_gpu_request_quota(snapshot: Snapshot) -> Iterator[Result
             if not uncovered:
                 yield passed(target, f"requests.{resource} is capped for every GPU workload")
                 continue
-            yield _finding(target, quotas, resource, users, uncovered, severity)
+            ineffective = _ineffective_keys(quotas, resource)
+            for quota, key in ineffective:
+                reported.add((quota.ref, key))
+                yield _ineffective(quota, key, resource, target, uncovered)
+            if not ineffective:
+                yield _missing(target, resource, users, uncovered, shared_cluster)
+    yield from _idle_ineffective_quotas(snapshot, by_namespace, reported)
 
 
-def _finding(
-    target: Resource,
-    quotas: tuple[Resource, ...],
-    resource: str,
-    users: list[tuple[PodTemplate, Decimal]],
-    uncovered: list[PodTemplate],
-    severity: Severity,
+def _count(templates: list[PodTemplate]) -> str:
+    return f"{len(templates)} GPU workload{'s' if len(templates) != 1 else ''}"
+
+
+def _names(templates: list[PodTemplate]) -> str:
+    names = ", ".join(str(t.owner.ref) for t in templates[:3])
+    more = f" and {len(templates) - 3} more" if len(templates) > 3 else ""
+    return names + more
+
+
+def _ineffective(
+    quota: Resource, key: str, resource: str, namespace: Resource, uncovered: list[PodTemplate]
 ) -> Result:
-    names = ", ".join(str(t.owner.ref) for t in uncovered[:3])
-    more = f" and {len(uncovered) - 3} more" if len(uncovered) > 3 else ""
-    namespace = target.ref.name
-    ineffective = _ineffective_key(quotas, resource)
-    if ineffective is not None:
-        quota, key, value = ineffective
-        return failed(
-            target,
-            f"ResourceQuota {quota.ref.name} caps {resource} as {key!r}, which the quota "
-            f"evaluator ignores for extended resources; uncapped: {names}{more}",
-            severity=severity,
-            fix={
-                "ns": namespace,
-                "resource": resource,
-                "quota": quota.ref.name,
-                "count": value,
-                "reason": f"replace {key} with requests.{resource}",
-            },
-        )
-    total = sum((q * _replicas(t) for t, q in users), Decimal(0))
+    value = str_map(quota.spec.get("hard"))[key]
     return failed(
-        target,
-        f"no ResourceQuota counts requests.{resource}; uncapped: {names}{more}",
-        severity=severity,
-        fix={
-            "ns": namespace,
-            "resource": resource,
-            "quota": "gpu-quota",
-            "count": format_quantity(total),
-            "reason": "the count is today's demand; set the team's share",
-        },
+        quota,
+        f"caps {resource} as {key!r}, which the quota evaluator ignores for extended resources "
+        f"(only requests.{resource} is counted{_used_note(quota, key)}), so "
+        f"{_count(uncovered)} of namespace {namespace.ref.name} "
+        f"{'runs' if len(uncovered) == 1 else 'run'} uncapped: "
+        f"{_names(uncovered)}",
+        path=f"spec.hard[{key}]",
+        severity=Severity.HIGH,
+        fix=_key_fix(quota, key, resource, value),
+        related=[
+            relate(namespace, RelatedRole.SYMPTOM),
+            *(relate(t, RelatedRole.SYMPTOM) for t in uncovered),
+        ],
     )
 
 
-def _ineffective_key(
-    quotas: tuple[Resource, ...], resource: str
-) -> tuple[Resource, str, str] | None:
-    for quota in quotas:
-        hard = str_map(quota.spec.get("hard"))
-        for key in (f"limits.{resource}", resource):
-            if key in hard:
-                return quota, key, hard[key]
-    return None
+def _idle_ineffective_quotas(
+    snapshot: Snapshot,
+    by_namespace: Mapping[str, list[PodTemplate]],
+    reported: set[tuple[ObjRef, str]],
+) -> Iterator[Result]:
+    """Quotas with an ignored GPU key in namespaces that run no GPU workload (yet): the key
+    will cap nothing when one arrives."""
+    for quota in snapshot.of("ResourceQuota"):
+        namespace = quota.ref.namespace
+        if namespace in SYSTEM_NAMESPACES:
+            continue
+        for key, value in sorted(str_map(quota.spec.get("hard")).items()):
+            resource = _ignored_gpu_key(key)
+            if resource is None or (quota.ref, key) in reported:
+                continue
+            if namespace in by_namespace and any(
+                resource in template_gpus(t) for t in by_namespace[namespace]
+            ):
+                continue  # its workloads are capped by another quota or by Kueue
+            yield failed(
+                quota,
+                f"caps {resource} as {key!r}, which the quota evaluator ignores for extended "
+                f"resources (only requests.{resource} is counted); no GPU workload of "
+                f"{namespace} requests {resource} today",
+                path=f"spec.hard[{key}]",
+                severity=Severity.LOW,
+                fix=_key_fix(quota, key, resource, value),
+            )
+
+
+def _ignored_gpu_key(key: str) -> str | None:
+    """The GPU resource a quota key names in a form the evaluator ignores (limits.<gpu> or
+    the bare <gpu>), else None."""
+    resource = key.removeprefix("limits.")
+    return resource if is_gpu_resource(resource) else None
+
+
+def _used_note(quota: Resource, key: str) -> str:
+    """What the quota's own status shows: the evaluator never fills in an ignored key."""
+    if not quota.status:
+        return ""
+    used = str_map(quota.status.get("used"))
+    if key not in used:
+        return f"; status.used has no {key}"
+    return f"; status.used shows {key}: {used[key]}" if used[key] in ("0", "") else ""
+
+
+def _key_fix(quota: Resource, key: str, resource: str, value: str) -> dict[str, str]:
+    def pointer(name: str) -> str:
+        return "/spec/hard/" + name.replace("~", "~0").replace("/", "~1")
+
+    ops = [
+        {"op": "remove", "path": pointer(key)},
+        {"op": "add", "path": pointer(f"requests.{resource}"), "value": value},
+    ]
+    patch = json.dumps(ops).replace("'", "'\\''")
+    return {
+        "summary": f"ResourceQuota {quota.ref.namespace}/{quota.ref.name}: replace {key} "
+        f"with requests.{resource} (the only form counted for extended resources)",
+        "command": f"kubectl -n {quota.ref.namespace} patch resourcequota {quota.ref.name} "
+        f"--type=json -p '{patch}'",
+    }
+
+
+def _missing(
+    target: Resource,
+    resource: str,
+    users: list[tuple[PodTemplate, Decimal]],
+    uncovered: list[PodTemplate],
+    shared_cluster: bool,
+) -> Result:
+    total = sum((q * _replicas(t) for t, q in users), Decimal(0))
+    severity = Severity.HIGH if shared_cluster else Severity.LOW
+    why = (
+        "other namespaces run GPU pods too"
+        if shared_cluster
+        else "the only namespace running GPU pods, so no other team competes for them"
+    )
+    return failed(
+        target,
+        f"no ResourceQuota counts requests.{resource}; uncapped: {_names(uncovered)} ({why})",
+        severity=severity,
+        fix={
+            "summary": f"Namespace {target.ref.name}: cap {resource} (the count is today's "
+            "demand; set the team's share)",
+            "command": f"kubectl -n {target.ref.name} create quota gpu-quota "
+            f"--hard=requests.{resource}={format_quantity(total)}",
+        },
+        related=[relate(t, RelatedRole.SYMPTOM) for t in uncovered],
+    )
+
+
+def _ineffective_keys(quotas: tuple[Resource, ...], resource: str) -> list[tuple[Resource, str]]:
+    return [
+        (quota, key)
+        for quota in quotas
+        for key in (f"limits.{resource}", resource)
+        if key in str_map(quota.spec.get("hard"))
+    ]
 
 
 def _quota_counts(quotas: tuple[Resource, ...], template: PodTemplate, resource: str) -> bool:

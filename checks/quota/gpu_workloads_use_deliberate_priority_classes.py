@@ -12,12 +12,22 @@ from gpu_audit.api import (
     Severity,
     Snapshot,
     check,
+    classify,
     failed,
     passed,
+    pod_templates,
 )
-from gpu_audit.checks.quota._common import tenant_gpu_templates
+from gpu_audit.checks.quota._common import SYSTEM_NAMESPACES, tenant_gpu_templates
 
-SERVING_KINDS = frozenset({"Deployment", "StatefulSet", "ReplicaSet", "ReplicationController"})
+SERVING_KINDS = frozenset(
+    {
+        "Deployment",
+        "StatefulSet",
+        "ReplicaSet",
+        "ReplicationController",
+        "InferenceService.serving.kserve.io",
+    }
+)
 BATCH_KINDS = frozenset(
     {"Job", "CronJob", "PyTorchJob.kubeflow.org", "MPIJob.kubeflow.org", "Job.batch.volcano.sh"}
 )
@@ -55,14 +65,25 @@ class Priority:
         GPU pod templates outside the control plane and GPU stack namespaces. A template's
         priority is its priorityClassName (a Volcano Job's spec.priorityClassName as fallback),
         else the globalDefault class, else 0; preemptionPolicy comes from the pod, else the
-        class (PreemptLowerPriority by default). Serving (Deployment, StatefulSet, ReplicaSet)
-        fails when its priority is not above the lowest batch (Job, CronJob, PyTorchJob,
-        MPIJob, Volcano Job) GPU priority; batch fails when it outranks some serving GPU
-        workload and may preempt. system-cluster-critical / system-node-critical on tenant GPU
-        pods and a priorityClassName that no PriorityClass in the input defines fail high; a
-        globalDefault class of 1000000 or more fails low. Templates whose job carries a Kueue
-        priority-class label are compared by Kueue, not here; classes not in the input are not
-        compared.
+        class (PreemptLowerPriority by default). Serving is a model server (vLLM, Triton, TGI,
+        TEI, TF Serving, TorchServe, a KServe predictor... by image or command line, SRV-CLASSIFY)
+        run by a Deployment, StatefulSet, ReplicaSet or KServe InferenceService; other
+        Deployments (notebooks, dev boxes) are not compared. Serving fails when its priority is not above the lowest batch (Job, CronJob,
+        PyTorchJob, MPIJob, Volcano Job) GPU priority; batch fails when it outranks some
+        serving GPU workload and may preempt. system-cluster-critical / system-node-critical
+        on tenant GPU pods and a priorityClassName that no PriorityClass in the input defines
+        fail high; a globalDefault class of 1000000 or more fails low. Templates whose job
+        carries a Kueue priority-class label are compared by Kueue, not here; classes not in
+        the input are not compared.
+    """,
+    severity_evidence="""
+        Medium when a batch GPU class outranks a model server's, or when serving sits at the
+        same priority as batch while preemption is in use (a tenant pod's class with
+        PreemptLowerPriority above another priority tenant pods use, so others preempt and
+        serving cannot). Serving level with batch in a cluster that ranks nothing (no
+        PriorityClass, or classes that preempt nobody) is low: first come first served is a
+        choice, not "serving cannot preempt batch". A system class or a class missing from the
+        input is high (it preempts the cluster's own components; the pods are rejected).
     """,
     remediation="""
         # $kind $namespace/$name: $problem
@@ -110,10 +131,14 @@ def gpu_workloads_use_deliberate_priority_classes(snapshot: Snapshot) -> Iterato
         if p.value is not None and not _kueue_ranked(t) and p.name not in SYSTEM_CLASSES
     ]
     batch = [p.value for t, p in compared if _kind(t) in BATCH_KINDS and p.value is not None]
-    serving = [p.value for t, p in compared if _kind(t) in SERVING_KINDS and p.value is not None]
+    serving = [p.value for t, p in compared if _serves(t) and p.value is not None]
+    context = _Context(
+        min(batch, default=None),
+        min(serving, default=None),
+        _preemption_in_use(snapshot, classes, default),
+    )
     for template, priority in priorities:
-        lowest = (min(batch, default=None), min(serving, default=None))
-        yield _judge(template, priority, *lowest, classes)
+        yield _judge(template, priority, context, classes)
     if default is not None and _value(default) >= HIGH_DEFAULT:
         yield failed(
             default,
@@ -127,6 +152,43 @@ def gpu_workloads_use_deliberate_priority_classes(snapshot: Snapshot) -> Iterato
                 "-p '{\"globalDefault\":false}'",
             },
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """What a template is compared with: the lowest batch and serving GPU priorities, and the
+    preemption the tenants' classes show ("" when none)."""
+
+    batch_min: int | None
+    serving_min: int | None
+    preemption: str
+
+
+def _serves(template: PodTemplate) -> bool:
+    """A model server run by a serving controller; a notebook Deployment is not serving."""
+    return _kind(template) in SERVING_KINDS and any(
+        classify(c) is not None for c in template.containers(include_init=False)
+    )
+
+
+def _preemption_in_use(
+    snapshot: Snapshot, classes: dict[str, Resource], default: Resource | None
+) -> str:
+    """A tenant pod template whose class may preempt another priority that tenant pods use,
+    described; "" when the tenants' classes preempt nobody."""
+    used = []
+    for template in pod_templates(snapshot):
+        if template.owner.ref.namespace in SYSTEM_NAMESPACES:
+            continue
+        priority = _priority(snapshot, template, classes, default)
+        if priority.value is not None:
+            used.append(priority)
+    lowest = min((p.value for p in used if p.value is not None), default=None)
+    for priority in sorted(used, key=lambda p: -(p.value or 0)):
+        if priority.preempts and lowest is not None and (priority.value or 0) > lowest:
+            name = priority.name or "no class"
+            return f"PriorityClass {name} ({priority.value}) preempts pods at {lowest}"
+    return ""
 
 
 def _kind(template: PodTemplate) -> str:
@@ -166,8 +228,7 @@ def _priority(
 def _judge(
     template: PodTemplate,
     priority: Priority,
-    batch_min: int | None,
-    serving_min: int | None,
+    context: _Context,
     classes: dict[str, Resource],
 ) -> Result:
     label = f"priority {priority.value} ({priority.name or 'no class'})"
@@ -194,12 +255,32 @@ def _judge(
     if priority.value is None:
         return passed(template, f"names PriorityClass {priority.name}, not in the input")
     kind = _kind(template)
-    if kind in SERVING_KINDS and batch_min is not None and priority.value <= batch_min:
+    batch_min, serving_min = context.batch_min, context.serving_min
+    if _serves(template) and batch_min is not None and priority.value <= batch_min:
+        if priority.value < batch_min:
+            severity = Severity.MEDIUM
+            message = (
+                f"serves with {label}, below every GPU batch priority (lowest {batch_min}): "
+                "batch GPU work is scheduled first and serving cannot preempt it to scale out"
+            )
+        elif context.preemption:
+            severity = Severity.MEDIUM
+            message = (
+                f"serves with {label}, level with GPU batch work, while preemption is in use "
+                f"({context.preemption}): serving cannot preempt batch GPU work to scale out"
+            )
+        else:
+            severity = Severity.LOW
+            message = (
+                f"serves with {label}, level with GPU batch work, and no class in use preempts "
+                "another: GPUs go first come first served (a serving class above batch would "
+                "let scale-outs preempt batch)"
+            )
         return failed(
             template,
-            f"serves with {label}, not above the lowest GPU batch priority {batch_min}: it "
-            "cannot preempt batch GPU work to start or scale out",
+            message,
             path=f"{template.path}.priorityClassName",
+            severity=severity,
             fix=_class_fix(template, "serving cannot preempt batch GPU work", classes),
         )
     if (
@@ -210,11 +291,14 @@ def _judge(
     ):
         return failed(
             template,
-            f"runs batch GPU work at {label}, above a GPU serving workload ({serving_min}), "
+            f"runs batch GPU work at {label}, above a GPU model server ({serving_min}), "
             "and may preempt it",
             path=f"{template.path}.priorityClassName",
+            severity=Severity.MEDIUM,
             fix=_class_fix(template, "batch GPU work can preempt serving", classes),
         )
+    if kind in SERVING_KINDS and not _serves(template):
+        return passed(template, f"runs at {label}; not a model server, so not ranked as serving")
     return passed(template, f"runs at {label}")
 
 

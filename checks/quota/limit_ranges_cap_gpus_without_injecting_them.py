@@ -18,9 +18,13 @@ from gpu_audit.api import (
     is_gpu_resource,
     parse_quantity,
     passed,
+    pod_templates,
 )
 
 _SECTIONS = ("max", "min", "default", "defaultRequest")
+# The LimitRanger admission plugin records what it set on a pod in this annotation
+# ("LimitRanger plugin set: nvidia.com/gpu request for container x; ...").
+LIMIT_RANGER_ANNOTATION = "kubernetes.io/limit-ranger"
 
 
 @check(
@@ -44,7 +48,16 @@ _SECTIONS = ("max", "min", "default", "defaultRequest")
         default fails high (every container without a GPU limit is rejected); a default that
         differs from the default request fails high (the API rejects such a LimitRange for a
         non-overcommittable resource). Items whose GPU default and default request are 0, and
-        `type: Pod` items (never defaulted), pass.
+        `type: Pod` items (never defaulted), pass. Workloads of the namespace in the input
+        are the visible victims: containers that do not mention the GPU resource, and pods
+        the LimitRanger annotated as having set it.
+    """,
+    severity_evidence="""
+        Critical when a workload of the namespace in the input is hit: a container that does
+        not name the GPU resource (it is given GPUs, or rejected for a request without a
+        limit), or a pod whose kubernetes.io/limit-ranger annotation shows the GPU was set
+        for it. High when the input shows no such workload yet (the next one is), and high for
+        a default that differs from the default request (the API rejects the LimitRange).
     """,
     remediation="""
         # $kind $namespace/$name, spec.limits[$index]: cap $resource without injecting it
@@ -72,7 +85,25 @@ def limit_ranges_cap_gpus_without_injecting_them(snapshot: Snapshot) -> Iterator
         for index, item in enumerate(map(as_mapping, as_list(limit_range.spec.get("limits")))):
             names = sorted({str(k) for s in _SECTIONS for k in as_mapping(item.get(s))} - {""})
             for resource in filter(is_gpu_resource, names):
-                yield _judge(limit_range, index, item, resource)
+                victims = _victims(snapshot, limit_range.ref.namespace, resource)
+                yield _judge(limit_range, index, item, resource, victims)
+
+
+def _victims(snapshot: Snapshot, namespace: str, resource: str) -> list[str]:
+    """The workloads of the namespace a GPU default applies to: a container that names no
+    `resource`, or a pod the LimitRanger annotated as having set it."""
+    found = []
+    for template in pod_templates(snapshot):
+        owner = template.owner
+        if owner.ref.namespace != namespace:
+            continue
+        set_by_plugin = resource in template.annotations.get(LIMIT_RANGER_ANNOTATION, "")
+        unnamed = any(
+            resource not in c.limits and resource not in c.requests for c in template.containers()
+        )
+        if set_by_plugin or unnamed:
+            found.append(f"{owner.ref.kind_name} {owner.ref.name}")
+    return sorted(set(found))
 
 
 def _quantity(item: Mapping[str, Any], section: str, resource: str) -> Decimal | None:
@@ -85,7 +116,13 @@ def _quantity(item: Mapping[str, Any], section: str, resource: str) -> Decimal |
         return None
 
 
-def _judge(limit_range: Resource, index: int, item: Mapping[str, Any], resource: str) -> Result:
+def _judge(
+    limit_range: Resource,
+    index: int,
+    item: Mapping[str, Any],
+    resource: str,
+    victims: list[str],
+) -> Result:
     path = f"spec.limits[{index}]"
     if item.get("type") != "Container":
         return passed(limit_range, f"caps {resource} for {item.get('type')}s; nothing is defaulted")
@@ -107,22 +144,29 @@ def _judge(limit_range: Resource, index: int, item: Mapping[str, Any], resource:
             severity=Severity.HIGH,
             fix=fix,
         )
+    severity = Severity.CRITICAL if victims else Severity.HIGH
+    hit = (
+        f"; hit here: {', '.join(victims[:5])}{' ...' if len(victims) > 5 else ''}"
+        if victims
+        else "; no workload of the namespace in the input is hit yet"
+    )
     if default is not None and default > 0:
         source = "default" if q["default"] is not None else "max (the API copies it to default)"
         return failed(
             limit_range,
             f"sets {resource} {source} {format_quantity(default)}: every container that does "
-            f"not mention {resource} is admitted with {format_quantity(default)} GPU(s)",
+            f"not mention {resource} is admitted with {format_quantity(default)} GPU(s){hit}",
             path=path,
+            severity=severity,
             fix=fix,
         )
     if request is not None and request > 0 and default is None:
         return failed(
             limit_range,
             f"defaults the {resource} request to {format_quantity(request)} without a limit: "
-            "every container without a GPU limit is rejected (request without limit)",
+            f"every container without a GPU limit is rejected (request without limit){hit}",
             path=path,
-            severity=Severity.HIGH,
+            severity=severity,
             fix=fix,
         )
     return passed(limit_range, f"caps {resource} and injects none (default 0)", path=path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from gpu_audit.api import (
@@ -18,7 +19,9 @@ from gpu_audit.api import (
     as_mapping,
     containers,
     dedicating_taints,
+    effective_pod_request,
     gpu_hosts,
+    has_resource_status,
     is_extended_resource,
     node_affinity_matches,
     node_taints,
@@ -26,6 +29,7 @@ from gpu_audit.api import (
     nodepool_requirements,
     nodepool_taints,
     nodepool_template_labels,
+    quantities,
     str_map,
     tolerates,
 )
@@ -221,3 +225,53 @@ def autoscaler_present(snapshot: Snapshot) -> bool:
 
 def is_daemonset(template: PodTemplate) -> bool:
     return template.owner.ref.kind == "DaemonSet"
+
+
+# --------------------------------------------------------------------------- node shapes
+
+# Absent from a node's allocatable in some dumps; unknown is not zero for these.
+STANDARD_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
+
+
+def allocatable(node: Resource) -> dict[str, Decimal]:
+    return quantities(node.status.get("allocatable"))
+
+
+def resources_short(request: Mapping[str, Decimal], have: Mapping[str, Decimal]) -> list[str]:
+    """Requested resources a node of allocatable `have` cannot hold even when empty."""
+    return [
+        name
+        for name, want in request.items()
+        if not (name in STANDARD_RESOURCES and name not in have)
+        and have.get(name, Decimal(0)) < want
+    ]
+
+
+def eligible_nodes(snapshot: Snapshot, template: PodTemplate) -> list[Resource]:
+    """Nodes with resource status the template may land on (selectors, affinity, hard
+    taints); templates alike in what that reads share one pass over the nodes."""
+    tolerations = template.spec.get("tolerations")
+    key = placement_key(template.spec, tolerations, sorted(extended_resources(template)))
+    return list(
+        snapshot.derived(
+            ("scheduling.eligible_nodes", key),
+            lambda s: tuple(
+                n
+                for n in s.of("Node")
+                if has_resource_status(n)
+                and node_affinity_matches(template.spec, n)
+                and not blocking_taints(template, node_taints(n))
+            ),
+        )
+    )
+
+
+def fits_some_node(snapshot: Snapshot, template: PodTemplate) -> bool | None:
+    """Whether some eligible node could hold the pod if nothing else ran there; None when
+    the input has no node with resource status to tell."""
+    if not any(has_resource_status(n) for n in snapshot.of("Node")):
+        return None
+    request = effective_pod_request(template)
+    return any(
+        not resources_short(request, allocatable(n)) for n in eligible_nodes(snapshot, template)
+    )

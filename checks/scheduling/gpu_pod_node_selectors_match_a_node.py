@@ -48,6 +48,11 @@ _VALUES_SHOWN = 5
         its scale-from-zero groups are invisible. Preferred affinity never blocks and is ignored.
         DaemonSets are not evaluated: a DaemonSet for optional hardware may match no node.
     """,
+    severity_evidence="""
+        High when no Node in the input and no Karpenter NodePool could match the selection:
+        the pod stays Pending. Medium when a cluster-autoscaler Deployment is in the input,
+        since a node group it scales from zero has no Node to show its labels.
+    """,
     remediation="""
         kubectl get nodes -L $keys
         # then set $path.nodeSelector / nodeAffinity of $kind $namespace/$name to values the

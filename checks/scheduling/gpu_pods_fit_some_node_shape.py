@@ -18,10 +18,7 @@ from gpu_audit.api import (
     failed,
     format_quantity,
     gpu_pod_templates,
-    has_resource_status,
     is_gpu_resource,
-    node_affinity_matches,
-    node_taints,
     nodepool_gpu_scope,
     nodepool_requirements,
     nodepool_taints,
@@ -29,15 +26,14 @@ from gpu_audit.api import (
     quantities,
 )
 from gpu_audit.checks.scheduling._common import (
+    allocatable,
     autoscaler_present,
     blocking_taints,
-    extended_resources,
+    eligible_nodes,
     nodepool_may_satisfy,
-    placement_key,
+    resources_short,
 )
 
-# Absent from a node's allocatable in some dumps; unknown is not zero for these.
-_STANDARD = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
 _GPU_COUNT = "karpenter.k8s.aws/instance-gpu-count"
 
 
@@ -62,7 +58,16 @@ _GPU_COUNT = "karpenter.k8s.aws/instance-gpu-count"
         Karpenter NodePool that may launch a matching GPU node and whose limits and
         instance-gpu-count allow the request counts as a fit; a cluster-autoscaler in the input
         lowers the finding to medium. Templates with no eligible node at all are left to
-        GPU-SCHED-001/002; manifests without node status are not evaluated.
+        GPU-SCHED-001/002, and so are GPU templates whose eligible nodes advertise no GPU
+        resource at all (a device plugin fault of the nodes, which the node checks and
+        GPU-SCHED-005 report, not a request too large); manifests without node status are not
+        evaluated.
+    """,
+    severity_evidence="""
+        High when it fails: the node status in the input shows the request is larger than the
+        largest eligible node can allocate, so no waiting, preemption or scale-up places it.
+        Medium when a cluster-autoscaler is in the input (a node group it scales from zero may
+        be larger than any node seen).
     """,
     remediation="""
         # $kind $namespace/$name needs $short in one pod; the largest eligible node,
@@ -95,32 +100,13 @@ def gpu_pods_fit_some_node_shape(snapshot: Snapshot) -> Iterator[Result]:
         if template.owner.status.get("phase") in ("Succeeded", "Failed"):
             continue  # finished pods hold nothing and will not be scheduled again
         request = effective_pod_request(template)
-        nodes = _eligible_nodes(snapshot, template)
+        nodes = eligible_nodes(snapshot, template)
         pools = [p for p in snapshot.of(NODEPOOL) if _pool_eligible(template, p)]
         if not nodes and not pools:
             continue
-        yield _verdict(template, request, nodes, pools, scaler)
-
-
-def _eligible_nodes(snapshot: Snapshot, template: PodTemplate) -> list[Resource]:
-    """Nodes with status the template may land on; templates alike in what that reads share
-    one pass over the nodes."""
-    tolerations = template.spec.get("tolerations")
-    key = placement_key(template.spec, tolerations, sorted(extended_resources(template)))
-    return list(
-        snapshot.derived(
-            ("scheduling.eligible_nodes", key),
-            lambda s: tuple(
-                n for n in s.of("Node") if has_resource_status(n) and _eligible(template, n)
-            ),
-        )
-    )
-
-
-def _eligible(template: PodTemplate, node: Resource) -> bool:
-    return node_affinity_matches(template.spec, node) and not blocking_taints(
-        template, node_taints(node)
-    )
+        result = _verdict(template, request, nodes, pools, scaler)
+        if result is not None:
+            yield result
 
 
 def _pool_eligible(template: PodTemplate, pool: Resource) -> bool:
@@ -129,19 +115,6 @@ def _pool_eligible(template: PodTemplate, pool: Resource) -> bool:
         and nodepool_may_satisfy(template.spec, pool)
         and not blocking_taints(template, nodepool_taints(pool))
     )
-
-
-def _allocatable(node: Resource) -> dict[str, Decimal]:
-    return quantities(node.status.get("allocatable"))
-
-
-def _short(request: Mapping[str, Decimal], have: Mapping[str, Decimal]) -> list[str]:
-    """Requested resources the shape cannot hold."""
-    return [
-        name
-        for name, want in request.items()
-        if not (name in _STANDARD and name not in have) and have.get(name, Decimal(0)) < want
-    ]
 
 
 def _pool_can_fit(pool: Resource, request: Mapping[str, Decimal]) -> bool:
@@ -167,10 +140,12 @@ def _verdict(
     nodes: list[Resource],
     pools: list[Resource],
     scaler: bool,
-) -> Result:
+) -> Result | None:
     for node in nodes:
-        if not _short(request, _allocatable(node)):
+        if not resources_short(request, allocatable(node)):
             return passed(template, f"fits on node {node.ref.name}", path=template.path)
+    if nodes and pools == [] and not any(_gpu_total(allocatable(n)) for n in nodes):
+        return None  # the nodes advertise no GPU at all: a node fault, not this pod's shape
     for pool in pools:
         if _pool_can_fit(pool, request):
             return passed(
@@ -184,9 +159,9 @@ def _verdict(
             path=template.path,
             fix=_fix(template, request, {}, [], ""),
         )
-    largest = max(nodes, key=lambda n: _gpu_total(_allocatable(n)))
-    have = _allocatable(largest)
-    missing = _short(request, have)
+    largest = max(nodes, key=lambda n: _gpu_total(allocatable(n)))
+    have = allocatable(largest)
+    missing = resources_short(request, have)
     details = ", ".join(
         f"{name} {_fmt(name, request[name])} > {_fmt(name, have.get(name, Decimal(0)))}"
         for name in missing

@@ -22,9 +22,11 @@ from gpu_audit.api import (
     event_time,
     failed,
     passed,
+    relate,
     templates_of,
     top_owner,
 )
+from gpu_audit.checks.scheduling._common import fits_some_node
 
 _DEFAULT_SCHEDULER = "default-scheduler"
 # Pod -> gang: Volcano (annotation, both spellings), scheduler-plugins coscheduling (label).
@@ -36,6 +38,9 @@ _GANG_KINDS = frozenset(
     {"PyTorchJob.kubeflow.org", "MPIJob.kubeflow.org", "Job.batch.volcano.sh", "Job"}
 )
 _MESSAGE_CHARS = 300
+# Scheduler message fragments that name a shortage of free capacity (the node could hold the
+# pod once other pods leave) rather than a rule that keeps the pod off the node.
+_CAPACITY = ("insufficient ", "too many pods")
 # Scheduler message fragment -> what it means, and the check that looks at the cause.
 _CAUSES = (
     ("insufficient nvidia.com/", "not enough free GPUs on any eligible node (GPU-SCHED-006)"),
@@ -79,14 +84,23 @@ class _Event:
         FailedScheduling event when the condition is missing. Reported once per owning
         controller present in the input (else per Pod, naming its controller), with the
         scheduler's message (the condition's, or the newest FailedScheduling event's), the
-        cause it names, and cluster-autoscaler NotTriggerScaleUp events. Critical when the
-        same job (PyTorchJob, MPIJob, Volcano or batch Job) already has GPU pods scheduled.
+        cause it names, and cluster-autoscaler NotTriggerScaleUp events. The finding is on the
+        owning workload (the object to change), with the Pending pods related as symptoms.
         Not flagged: SchedulingGated pods (Kueue), pods nominated for a node after preemption
         or by Karpenter (a newer Nominated event), and pods of a non-default scheduler that
         belong to a PodGroup (gang admission pending, reported as passed with the PodGroup
         phase). Owners whose GPU pods are all scheduled pass. The catalogue's 10-30 minute
         grace period is not applied: checks have no clock, and a fresh Unschedulable pod is
         reported as well.
+    """,
+    severity_evidence="""
+        High when the input shows the pod will not be placed by waiting: the scheduler names
+        only rules the pod fails (taints, selectors, affinity, volumes), no eligible node in
+        the input could hold the request even empty, or the cluster-autoscaler refused to scale
+        up; and when workers of the same job already hold GPUs (partial placement), critical
+        when two or more jobs are partially placed at once (they deadlock on each other's
+        GPUs). Low when it only waits for capacity other pods hold and an eligible node could
+        hold it (a queue, not a fault); medium when that cannot be told (no node status).
     """,
     remediation="""
         kubectl describe pod $pod -n $namespace
@@ -99,6 +113,7 @@ class _Event:
         "https://kubernetes.io/docs/reference/kubernetes-api/cluster-resources/event-v1",
         "https://github.com/NVIDIA/k8s-device-plugin/issues/33",
         "https://github.com/kubernetes/autoscaler/issues/2506",
+        "https://github.com/kubeflow/trainer/issues/165",
     ),
 )
 def gpu_pods_not_stuck_unschedulable(snapshot: Snapshot) -> Iterator[Result]:
@@ -123,10 +138,11 @@ def gpu_pods_not_stuck_unschedulable(snapshot: Snapshot) -> Iterator[Result]:
             gang_waits.setdefault(owner.ref, detail)
         else:
             stuck[owner.ref].append((pod, detail))
+    partial = sum(1 for ref in stuck if scheduled[ref] and owners[ref].ref.kind in _GANG_KINDS)
     for ref in sorted(owners, key=lambda r: r.sort_key):
         owner = owners[ref]
         if ref in stuck:
-            yield _finding(snapshot, owner, stuck[ref], scheduled[ref], events)
+            yield _finding(snapshot, owner, stuck[ref], scheduled[ref], events, partial)
         elif ref in gang_waits:
             yield passed(owner, f"waits for gang admission: {gang_waits[ref]}")
         elif scheduled[ref]:
@@ -168,6 +184,7 @@ def _finding(
     pods: list[tuple[Resource, str]],
     running: int,
     events: Mapping[tuple[str, str], list[_Event]],
+    partial_jobs: int,
 ) -> Result:
     pod, message = pods[0]
     text = message[:_MESSAGE_CHARS] + ("..." if len(message) > _MESSAGE_CHARS else "")
@@ -188,20 +205,55 @@ def _finding(
     ]
     if scale_up:
         details.append(f"cluster-autoscaler: {' '.join(scale_up[-1].split())[:_MESSAGE_CHARS]}")
-    severity = None
-    if running and owner.ref.kind in _GANG_KINDS:
-        severity = Severity.CRITICAL
-        details.append(
-            f"{_pods(running)} of the same job already scheduled and holding GPUs (partial "
-            "placement; gang-schedule it, see GPU-DIST-001)"
-        )
+    severity, why = _severity(snapshot, pod, message, scale_up, running, owner, partial_jobs)
+    if why:
+        details.append(why)
     return failed(
         owner,
         "; ".join(details),
         path="status.conditions",
         severity=severity,
         fix={"pod": pod.ref.name, "cause": cause},
+        related=[relate(p, "symptom") for p, _ in pods],
     )
+
+
+def _severity(
+    snapshot: Snapshot,
+    pod: Resource,
+    message: str,
+    scale_up: list[str],
+    running: int,
+    owner: Resource,
+    partial_jobs: int,
+) -> tuple[Severity | None, str]:
+    """The severity the evidence supports (None: the declared high), and what it is."""
+    if running and owner.ref.kind in _GANG_KINDS:
+        held = (
+            f"{_pods(running)} of the same job already scheduled and holding GPUs (partial "
+            "placement; gang-schedule it, see GPU-DIST-001)"
+        )
+        if partial_jobs > 1:
+            return Severity.CRITICAL, (
+                f"{held}; {partial_jobs} jobs are partially placed at once, each holding GPUs "
+                "the others wait for: none can start"
+            )
+        return None, held
+    if scale_up:
+        return None, ""
+    lowered = message.lower()
+    if not any(fragment in lowered for fragment in _CAPACITY):
+        return None, ""  # only rules the pod fails: waiting changes nothing
+    templates = templates_of(pod)
+    fits = fits_some_node(snapshot, templates[0]) if templates else None
+    if fits is False:
+        return None, "no eligible node in the input could hold it even with nothing else running"
+    if fits:
+        return Severity.LOW, (
+            "it waits for capacity other pods hold; an eligible node could hold it once they "
+            "finish (a queue, not a fault)"
+        )
+    return Severity.MEDIUM, "whether any node could ever hold it is unknown (no node status)"
 
 
 def _cause(message: str) -> str:

@@ -1,6 +1,7 @@
 from collections.abc import Iterator
 
 from gpu_audit.api import (
+    NODEPOOL,
     WORKLOAD_TYPES,
     Category,
     FixKind,
@@ -11,7 +12,9 @@ from gpu_audit.api import (
     Taint,
     check,
     failed,
+    gpu_hosts,
     gpu_pod_templates,
+    nodepool_gpu_scope,
     passed,
 )
 from gpu_audit.checks.scheduling._common import (
@@ -46,8 +49,17 @@ _SHOWN = 3
         node.cloudprovider.kubernetes.io/*, karpenter.sh/disrupted, cluster-autoscaler's), and a
         NoSchedule taint whose key is an extended resource the pod requests, which the
         ExtendedResourceToleration admission plugin tolerates on GKE, EKS >= 1.19 and AKS (the
-        pass message says when that was assumed). Templates with no candidate GPU node at all
-        are left to GPU-SCHED-002; pods that request no GPU are not evaluated.
+        pass message says when that was assumed). When no node or NodePool in the input is
+        recognisable as GPU capacity (a node whose device plugin never started advertises no
+        GPU and may carry no GPU label), every node the selectors allow is a candidate.
+        Templates with no candidate node at all are left to GPU-SCHED-002; pods that request
+        no GPU are not evaluated.
+    """,
+    severity_evidence="""
+        High whenever it fails: the taints in the input show that no node the pod may land on
+        accepts it, so it stays Pending (or is evicted again by a NoExecute taint). Taints that
+        are transient (node lifecycle, cluster-autoscaler, Karpenter disruption) or that the
+        ExtendedResourceToleration plugin tolerates never count, so there is no weaker case.
     """,
     remediation="""
         # $kind $namespace/$name: add under $path (taints on the GPU nodes:
@@ -63,17 +75,23 @@ _SHOWN = 3
         "https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#extendedresourcetoleration",
         "https://github.com/kubernetes/kubernetes/pull/55839",
         "https://karpenter.sh/docs/concepts/nodepools/",
+        "https://github.com/NVIDIA/k8s-device-plugin/issues/421",
     ),
     remediation_root="pod_spec",
 )
 def gpu_pods_tolerate_taints_of_some_gpu_node(snapshot: Snapshot) -> Iterator[Result]:
+    # Without any recognisable GPU node or GPU NodePool, every node is a candidate: the GPU
+    # nodes are there, but nothing (no advertised GPU, no label) says which they are.
+    gpu_only = bool(gpu_hosts(snapshot)) or any(
+        nodepool_gpu_scope(p) != "none" for p in snapshot.of(NODEPOOL)
+    )
     for template in gpu_pod_templates(snapshot):
-        candidates = candidate_nodes(snapshot, template.spec)
+        candidates = candidate_nodes(snapshot, template.spec, gpu_only=gpu_only)
         if candidates:
-            yield _verdict(template, candidates)
+            yield _verdict(template, candidates, gpu_only)
 
 
-def _verdict(template: PodTemplate, candidates: list[CandidateNode]) -> Result:
+def _verdict(template: PodTemplate, candidates: list[CandidateNode], gpu_only: bool) -> Result:
     path = f"{template.path}.tolerations"
     # Nodes of one pool share their taints: judge each distinct set once (5,000 nodes).
     judged: dict[tuple[Taint, ...], list[Taint]] = {}
@@ -88,9 +106,10 @@ def _verdict(template: PodTemplate, candidates: list[CandidateNode]) -> Result:
     first = judged[candidates[0].taints][0]
     details = "; ".join(f"{c.label}: {', '.join(t)}" for c, t in blocked[:_SHOWN])
     more = f" (and {len(blocked) - _SHOWN} more)" if len(blocked) > _SHOWN else ""
+    which = "candidate GPU node's" if gpu_only else "node's (no node is recognisably a GPU node)"
     return failed(
         template,
-        f"tolerates no candidate GPU node's taints: {details}{more}",
+        f"tolerates no {which} taints: {details}{more}",
         path=path,
         fix={"key": first.key, "effect": first.effect, "path": template.path},
     )

@@ -5,6 +5,8 @@ from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     FixKind,
+    PodTemplate,
+    Resource,
     Result,
     Severity,
     Snapshot,
@@ -12,6 +14,7 @@ from gpu_audit.api import (
     as_mapping,
     check,
     failed,
+    node_affinity_matches,
     passed,
     pod_templates,
     str_map,
@@ -57,6 +60,12 @@ _PLACEMENT_SUFFIXES = ("/zone", "availability-zone")
         (volume.kubernetes.io/selected-node, cluster-autoscaler.kubernetes.io/*,
         karpenter.sh/do-not-disrupt). Templates without placement annotations are not evaluated.
     """,
+    severity_evidence="""
+        Medium when a GPU pod template's annotation is contradicted by the nodes in the input:
+        a node its selectors allow carries another value of that label (or none), so the pod
+        can land outside the zone or GPU type it names. Low otherwise: no nodes in the input,
+        every allowed node already has that value, or a pod without GPUs.
+    """,
     remediation="""
         # $kind $namespace/$name: annotation $key does not influence scheduling; under $path:
         nodeSelector:
@@ -81,12 +90,37 @@ def placement_uses_node_labels_not_annotations(snapshot: Snapshot) -> Iterator[R
             yield passed(template, "placement annotations are mirrored in its selectors")
             continue
         key = ignored[0]
+        elsewhere = _node_elsewhere(snapshot, template, {k: placement[k] for k in ignored})
+        bites = ""
+        if elsewhere:
+            label, node = elsewhere
+            bites = f": node {node.ref.name} it may land on has {label}=" + (
+                node.labels.get(label) or "(none)"
+            )
         yield failed(
             template,
             f"annotation {key}={placement[key]} does not influence scheduling"
-            + (f" (also: {', '.join(ignored[1:])})" if len(ignored) > 1 else ""),
+            + (f" (also: {', '.join(ignored[1:])})" if len(ignored) > 1 else "")
+            + bites,
+            severity=None if elsewhere else Severity.LOW,
             fix={"key": key, "value": placement[key], "path": template.path},
         )
+
+
+def _node_elsewhere(
+    snapshot: Snapshot, template: PodTemplate, wanted: dict[str, str]
+) -> tuple[str, Resource] | None:
+    """(label key, node) for a node the GPU pod may land on whose label differs from what an
+    ignored annotation asks for; None for pods without GPUs or when every node agrees."""
+    if not template.requests_gpu:
+        return None
+    for node in snapshot.of("Node"):
+        if not node_affinity_matches(template.spec, node):
+            continue
+        for key, value in sorted(wanted.items()):
+            if node.labels.get(key) != value:
+                return key, node
+    return None
 
 
 def _is_placement(key: str) -> bool:

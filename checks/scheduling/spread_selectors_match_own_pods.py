@@ -95,6 +95,12 @@ class _Term:
         typo); low when it selects no pod in the input at all (it may target a workload that
         is not in the input).
     """,
+    severity_evidence="""
+        Medium when the input shows the constraint is a no-op for a GPU workload that runs
+        several pods: its labelSelector is missing or names the workload's own label with a
+        mistyped value, so its replicas may all land on one node or zone. Low when the
+        selector matches no pod in the input (it may target a workload not in the input).
+    """,
     remediation="""
         # select the pod's own labels in $what $index of $kind $namespace/$name
         kubectl patch $resource $name -n $namespace --type=json -p '$patch'

@@ -1,13 +1,17 @@
-"""What only the serving checks share: command-line flags, probe budgets and KServe/Knative
-ownership. Model-server classification (SRV-CLASSIFY), image tags and literal env values come
-from `gpu_audit.api`."""
+"""What only the serving checks share: command-line flags, probe budgets, KServe/Knative
+ownership, the model-size evidence of probe severities and the model-server images
+SRV-CLASSIFY does not know yet. Model-server classification (SRV-CLASSIFY), image tags and
+literal env values come from `gpu_audit.api`."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from gpu_audit.api import KSERVE_ISVC_LABEL, Container
+from gpu_audit.api import (
+    KSERVE_ISVC_LABEL,
+    Container,
+)
 
 
 def truthy(value: str | None) -> bool:

@@ -5,6 +5,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gpu_audit.api import (
+    KSERVE_ISVC_LABEL,
+    NVIDIA_GPU,
     WORKLOAD_TYPES,
     Category,
     Container,
@@ -22,6 +24,7 @@ from gpu_audit.api import (
     is_gpu_resource,
     passed,
     pod_templates,
+    relate,
 )
 
 ISVC = "InferenceService.serving.kserve.io"
@@ -68,14 +71,25 @@ _SUFFIX_FORMATS = set(GPU_SUFFIX_RUNTIMES.values())
     """,
     detection="""
         KServe InferenceServices whose predictor (model, framework spec or containers)
-        requests a GPU: sklearn/pmml formats fail (high); xgboost/lightgbm/paddle fail as
-        medium (verify GPU use); for the TFServing, TorchServe and Hugging Face runtimes
-        (explicit, or auto-selected for tensorflow/pytorch/huggingface) a runtimeVersion
-        without -gpu, or a runtime image pinned by digest, fails. The runtime's
+        requests a GPU (whole, shared or MIG): sklearn/pmml formats fail; xgboost/lightgbm/
+        paddle fail (verify GPU use); for the TFServing, TorchServe and Hugging Face runtimes
+        (explicit, or auto-selected for tensorflow/pytorch/huggingface) without an image of
+        the predictor's own: the predictor pods KServe rendered (labelled
+        serving.kserve.io/inferenceservice, container kserve-container) run an image whose tag
+        is not a -gpu build; else a runtimeVersion without -gpu, a runtime image pinned by
+        digest, or a GPU request without an nvidia.com/gpu limit (KServe up to 0.15.2 appends
+        -gpu only for that resource, kserve#4640, fixed by kserve#4642). The runtime's
         serving.kserve.io/server-type annotation is read before its name. Every GPU-requesting
         container, in InferenceServices and in pod templates: CUDA_VISIBLE_DEVICES empty or -1,
         --device cpu, or an image whose repository or tag says cpu. Not flagged: Triton, vLLM
         and custom CUDA images; CPU-only InferenceServices.
+    """,
+    severity_evidence="""
+        High when the input shows the GPU going unused: a runtime without a GPU path (sklearn,
+        pmml), a runtimeVersion that names the CPU build, the CPU image in the predictor pods
+        KServe rendered, or a container that hides the GPU from CUDA. Low when the CPU build
+        is only possible: a GPU runtime image pinned by digest, a MIG or other non-nvidia.com/gpu
+        request with nothing rendered to look at, xgboost/lightgbm/paddle (verify).
     """,
     remediation="""
         # $kind $namespace/$name: $problem
@@ -110,6 +124,8 @@ _SUFFIX_FORMATS = set(GPU_SUFFIX_RUNTIMES.values())
     references=(
         "https://kserve.github.io/website/latest/modelserving/servingruntimes/",
         "https://github.com/kserve/kserve/blob/master/pkg/controller/v1beta1/inferenceservice/utils/utils.go",
+        "https://github.com/kserve/kserve/issues/4640",
+        "https://github.com/kserve/kserve/pull/4642",
         "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",
     ),
     remediation_root="pod_spec",
@@ -120,7 +136,11 @@ def gpu_requests_use_gpu_capable_runtimes(snapshot: Snapshot) -> Iterator[Result
         specs = _predictor_specs(predictor)
         if not any(_requests_gpu(spec) for _, spec in specs):
             continue
-        problems = [*_runtime_problems(snapshot, isvc, predictor), *_cpu_configured(specs)]
+        rendered = _rendered(snapshot, isvc)
+        problems = [
+            *_runtime_problems(snapshot, isvc, predictor, rendered),
+            *_cpu_configured(specs),
+        ]
         if not problems:
             yield passed(isvc, "GPU request is served by a GPU-capable runtime")
         for problem, severity, fmt, version in problems:
@@ -130,6 +150,7 @@ def gpu_requests_use_gpu_capable_runtimes(snapshot: Snapshot) -> Iterator[Result
                 path="spec.predictor",
                 severity=severity,
                 fix={"problem": problem, "snippet": _runtime_snippet(fmt, version)},
+                related=[relate(c, "symptom") for c in rendered],
             )
     for template in pod_templates(snapshot):
         for container in template.gpu_containers():
@@ -189,14 +210,36 @@ def _predictor_specs(predictor: Mapping[str, Any]) -> list[tuple[str, Mapping[st
 
 
 def _requests_gpu(spec: Mapping[str, Any]) -> bool:
+    return bool(_gpu_names(spec))
+
+
+def _gpu_names(spec: Mapping[str, Any]) -> list[str]:
     resources = as_mapping(spec.get("resources"))
     names = {str(k) for k in as_mapping(resources.get("limits"))}
     names |= {str(k) for k in as_mapping(resources.get("requests"))}
-    return any(is_gpu_resource(n) or n.endswith("/gpu") for n in names)
+    return sorted(n for n in names if is_gpu_resource(n) or n.endswith("/gpu"))
+
+
+def _rendered(snapshot: Snapshot, isvc: Resource) -> list[Container]:
+    """The predictor containers KServe rendered for the InferenceService, when the input holds
+    its Deployments or Pods (transformers and explainers are other components)."""
+    return [
+        container
+        for template in pod_templates(snapshot)
+        if template.owner.ref.namespace == isvc.ref.namespace
+        and template.labels.get(KSERVE_ISVC_LABEL) == isvc.ref.name
+        and template.labels.get("component", "predictor") == "predictor"
+        for container in template.containers(include_init=False)
+        if container.name == "kserve-container"
+    ]
+
+
+def _gpu_build(image: str) -> bool:
+    return "gpu" in image_tag(image).lower()
 
 
 def _runtime_problems(
-    snapshot: Snapshot, isvc: Resource, predictor: Mapping[str, Any]
+    snapshot: Snapshot, isvc: Resource, predictor: Mapping[str, Any], rendered: list[Container]
 ) -> list[Problem]:
     model = as_mapping(predictor.get("model"))
     framework = next((f for f in FRAMEWORKS if f in predictor), "")
@@ -212,13 +255,37 @@ def _runtime_problems(
         return [
             (
                 f"{fmt} runtime image is CPU-oriented; verify it uses the GPU",
-                Severity.MEDIUM,
+                Severity.LOW,
                 fmt,
                 "",
             )
         ]
-    if server not in _SUFFIX_FORMATS:
-        return []
+    if server not in _SUFFIX_FORMATS or spec.get("image"):
+        return []  # not a runtime KServe switches to -gpu, or an image of the predictor's own
+    limits = {str(k) for k in as_mapping(as_mapping(spec.get("resources")).get("limits"))}
+    gpus = ", ".join(_gpu_names(spec))
+    not_counted = (
+        ""
+        if NVIDIA_GPU in limits
+        else f"; the request is {gpus}, and KServe up to 0.15.2 appends -gpu only for an "
+        f"{NVIDIA_GPU} limit"
+    )
+    # A rendered image says which build runs when its tag names it (a bare digest does not).
+    images = sorted({c.image for c in rendered if image_tag(c.image)})
+    if images:
+        cpu = [i for i in images if not _gpu_build(i)]
+        if not cpu:
+            return []
+        tag = image_tag(cpu[0]) or "<version>"
+        return [
+            (
+                f"KServe runs {', '.join(cpu)}, the CPU build of the {server} runtime, on the "
+                f"GPU it reserved{not_counted}",
+                None,
+                fmt,
+                version if version.endswith("-gpu") else f"{tag}-gpu",
+            )
+        ]
     if version and not version.endswith("-gpu"):
         return [
             (
@@ -230,12 +297,22 @@ def _runtime_problems(
             )
         ]
     image = _runtime_image(runtime)
-    if not version and "@sha256:" in image:
+    if not version and "@sha256:" in image and not _gpu_build(image):
         return [
             (
                 f"runtime image {image} is pinned by digest, so KServe does not switch it to "
-                "the -gpu build",
-                None,
+                "the -gpu build (verify that the digest is the GPU build)",
+                Severity.LOW,
+                fmt,
+                "<version>-gpu",
+            )
+        ]
+    if not version and not_counted:
+        return [
+            (
+                f"GPU requested without runtimeVersion{not_counted}: an older KServe runs the "
+                "CPU build (verify the predictor's image, or pin runtimeVersion <version>-gpu)",
+                Severity.LOW,
                 fmt,
                 "<version>-gpu",
             )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
@@ -114,13 +115,20 @@ class _Exposure:
         container port is attributed to the container that declares it, or, when no container
         declares a numeric port, to a model server that listens on it by default. Containers are
         classified by image and command line (SRV-CLASSIFY); the rule that matched is printed.
-        Admin ports are critical (high when TorchServe token auth or Ray token auth is on),
-        metrics ports high; one step lower for internal load balancers or
-        loadBalancerSourceRanges without 0.0.0.0/0. Not flagged: ClusterIP Services; inference
-        ports (the purpose of a public Service) unless Triton runs with
-        --model-control-mode=explicit|poll without --http-restricted-api, or vLLM with
-        VLLM_SERVER_DEV_MODE=1; ports served by a sidecar such as an auth proxy; selector-less
-        Services (their endpoints are not known offline).
+        Not flagged: ClusterIP Services; inference ports (the purpose of a public Service)
+        unless Triton runs with --model-control-mode=explicit without --http-restricted-api
+        (POLL mode refuses load and unload requests), or vLLM with VLLM_SERVER_DEV_MODE=1;
+        ports served by a sidecar such as an auth proxy; selector-less Services (their
+        endpoints are not known offline).
+    """,
+    severity_evidence="""
+        Admin ports critical and metrics ports high when the input shows them reachable from
+        anywhere: a LoadBalancer that is neither internal nor source-restricted, a NodePort
+        while a Node in the input has an ExternalIP address, a public externalIP. One step
+        lower when token auth is on (TorchServe >= 0.11 without --disable-token-auth, Ray
+        RAY_AUTH_MODE=token), and one step lower for an internal or source-restricted load
+        balancer, a NodePort with no node shown to have an external address, or private
+        externalIPs (reachable from the cluster's networks, not from anyone).
     """,
     remediation="""
         # $kind $namespace/$name: remove spec.ports[$index] ($server $port_kind port $target)
@@ -147,12 +155,15 @@ class _Exposure:
         "https://docs.pytorch.org/serve/_sources/security.md.txt",
         "https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/customization_guide/deploy.html",
         "https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/kuberay-auth.html",
+        "https://github.com/triton-inference-server/server/blob/main/docs/user_guide/model_management.md",
+        "https://kubernetes.io/docs/reference/node/node-status/#addresses",
     ),
 )
 def model_server_control_ports_not_publicly_exposed(snapshot: Snapshot) -> Iterator[Result]:
     by_namespace: dict[str, list[PodTemplate]] = defaultdict(list)
     for template in pod_templates(snapshot):
         by_namespace[template.owner.ref.namespace].append(template)
+    public_nodes = any(_has_external_address(n) for n in snapshot.of("Node"))
     for service in snapshot.of("Service"):
         exposure = _exposure(service)
         selector = str_map(service.spec.get("selector"))
@@ -165,11 +176,16 @@ def model_server_control_ports_not_publicly_exposed(snapshot: Snapshot) -> Itera
         ]
         if not any(classify(c) for t in templates for c in t.containers(include_init=False)):
             continue  # fronts no model server: not this check's business
-        yield from _evaluate(service, exposure, selector, templates)
+        limited = _limited_reach(service, public_nodes)
+        yield from _evaluate(service, exposure, limited, selector, templates)
 
 
 def _evaluate(
-    service: Resource, exposure: str, selector: Mapping[str, str], templates: list[PodTemplate]
+    service: Resource,
+    exposure: str,
+    limited: str,
+    selector: Mapping[str, str],
+    templates: list[PodTemplate],
 ) -> Iterator[Result]:
     found = False
     for index, port in enumerate(map(as_mapping, as_list(service.spec.get("ports")))):
@@ -179,7 +195,7 @@ def _evaluate(
                 if hit.kind == INFERENCE:
                     continue
                 found = True
-                yield _finding(service, exposure, selector, index, port, hit)
+                yield _finding(service, exposure, limited, selector, index, port, hit)
     if not found:
         yield passed(
             service,
@@ -190,6 +206,7 @@ def _evaluate(
 def _finding(
     service: Resource,
     exposure: str,
+    limited: str,
     selector: Mapping[str, str],
     index: int,
     port: Mapping[str, Any],
@@ -200,9 +217,9 @@ def _finding(
     if hit.kind == ADMIN and _authenticated(hit.container, hit.server.name):
         severity = Severity.HIGH
         notes.append("token auth is on")
-    if _restricted(service):
+    if limited:
         severity = _ONE_STEP_DOWN[severity]
-        notes.append("load balancer is internal or source-restricted")
+        notes.append(limited)
     owner = hit.container.template.owner.ref
     if hit.why:
         notes.insert(0, hit.why)
@@ -243,16 +260,44 @@ def _exposure(service: Resource) -> str:
     return ""
 
 
-def _restricted(service: Resource) -> bool:
-    if service.spec.get("type") != "LoadBalancer":
-        return False  # NodePorts and externalIPs listen on node addresses regardless
-    annotations = service.annotations
-    if any(
-        annotations.get(key, "").lower() == value for key, value in _INTERNAL_LB_ANNOTATIONS.items()
-    ):
-        return True
-    ranges = [str(r).strip() for r in as_list(service.spec.get("loadBalancerSourceRanges"))]
-    return bool(ranges) and not any(r in _OPEN_RANGES for r in ranges)
+def _limited_reach(service: Resource, public_nodes: bool) -> str:
+    """Why the Service is not shown reachable from anywhere, "" when it is."""
+    kind = service.spec.get("type")
+    if kind == "LoadBalancer":
+        annotations = service.annotations
+        if any(
+            annotations.get(key, "").lower() == value
+            for key, value in _INTERNAL_LB_ANNOTATIONS.items()
+        ):
+            return "load balancer is internal"
+        ranges = [str(r).strip() for r in as_list(service.spec.get("loadBalancerSourceRanges"))]
+        if ranges and not any(r in _OPEN_RANGES for r in ranges):
+            return "load balancer is source-restricted"
+        return ""
+    if kind == "NodePort":
+        if public_nodes:
+            return ""
+        return "no Node in the input has an ExternalIP address: reachable from the nodes' networks"
+    ips = [str(ip) for ip in as_list(service.spec.get("externalIPs"))]
+    if ips and all(_private(ip) for ip in ips):
+        return "its externalIPs are private addresses"
+    return ""
+
+
+def _has_external_address(node: Resource) -> bool:
+    return any(
+        as_mapping(a).get("type") == "ExternalIP"
+        and not _private(str(as_mapping(a).get("address")))
+        for a in as_list(node.status.get("addresses"))
+    )
+
+
+def _private(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address.strip())
+    except ValueError:
+        return False
+    return ip.is_private or ip.is_loopback or ip.is_link_local
 
 
 def _resolve(template: PodTemplate, target: object) -> Iterator[_Exposure]:
@@ -305,8 +350,9 @@ def _port_kind(
 
 
 def _triton_dynamic_loading(args: list[str]) -> bool:
+    """Only EXPLICIT mode serves the model load API; NONE and POLL answer it with an error."""
     mode = (flag_value(args, "--model-control-mode") or "none").lower()
-    return mode in ("explicit", "poll") and not has_flag(args, "--http-restricted-api")
+    return mode == "explicit" and not has_flag(args, "--http-restricted-api")
 
 
 def _authenticated(container: Container, server: str) -> bool:

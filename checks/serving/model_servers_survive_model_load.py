@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from gpu_audit.api import (
+    TRITON,
+    VLLM,
     WORKLOAD_TYPES,
     Category,
     Container,
     FixKind,
+    ModelSize,
     Result,
     ServerClass,
     Severity,
@@ -16,16 +20,23 @@ from gpu_audit.api import (
     classify,
     failed,
     gpu_pod_templates,
+    model_size,
     passed,
 )
 
 from ._common import (
     knative_managed,
+    owned_by_kserve,
     probe_budget,
 )
 
 _LIVENESS_BUDGET = 300  # seconds; large models take minutes to download and load
 _STARTUP_BUDGET = 120
+# Load times the servers' own Kubernetes documentation gives (seconds, source).
+_DOCUMENTED_LOAD: dict[str, tuple[int, str]] = {
+    VLLM: (120, "vLLM's Kubernetes guide: a couple of minutes to download the model"),
+    TRITON: (300, "Triton's k8s-onprem chart allows 300 s for model load"),
+}
 
 
 @check(
@@ -42,11 +53,21 @@ _STARTUP_BUDGET = 120
     """,
     detection="""
         Model-server containers (SRV-CLASSIFY: TorchServe, Triton, vLLM, TGI, Ray, SGLang,
-        Ollama, NIM, KServe runtimes) in GPU pod templates. Budget = initialDelaySeconds +
-        failureThreshold x periodSeconds with the API defaults (0, 3, 10). Liveness without a
-        startup probe and a budget under 300 s: medium; a startup probe under 120 s: low; no
-        readiness probe: medium, except in Knative-managed pods, where queue-proxy handles
-        readiness. Not flagged: servers without liveness probes (no kill risk), CPU-only pods.
+        Ollama, NIM, KServe runtimes; Hugging Face TGI containers) in GPU pod templates.
+        Budget = initialDelaySeconds + failureThreshold x periodSeconds with the API defaults
+        (0, 3, 10). Reported: liveness without a startup probe and a budget under 300 s; a
+        startup probe under 120 s, or under the load time the evidence gives; no readiness
+        probe and no startup probe (a startup probe keeps the container un-Ready until it
+        succeeds, so it gates traffic during the load). Not flagged: readiness in
+        Knative-managed pods (queue-proxy), of Triton outside KServe (GPU-SRV-002's) and of
+        LeaderWorkerSet workers (clients reach only the leader); servers without liveness
+        probes (no kill risk), CPU-only pods.
+    """,
+    severity_evidence="""
+        Medium when the input shows that loading takes longer than the probe allows: a model
+        name with a parameter count giving >= 6 GB of weights (about 3B parameters at 16
+        bits; then 300 s is the least budget), or a server whose Kubernetes documentation
+        gives a load time (vLLM 120 s, Triton 300 s) above the budget; without either, low.
     """,
     remediation="""
         # $kind $namespace/$name, container $container ($server)
@@ -67,17 +88,20 @@ _STARTUP_BUDGET = 120
     fix_kind=FixKind.PATCH,
     references=(
         "https://kubernetes.io/docs/tasks/configure-pod-container/configure-liveness-readiness-startup-probes/",
+        "https://kubernetes.io/docs/concepts/configuration/liveness-readiness-startup-probes/",
         "https://github.com/triton-inference-server/server/blob/main/deploy/k8s-onprem/templates/deployment.yaml",
+        "https://github.com/vllm-project/vllm/blob/main/docs/deployment/k8s.md",
     ),
     remediation_root="pod_spec",
 )
 def model_servers_survive_model_load(snapshot: Snapshot) -> Iterator[Result]:
     for template in gpu_pod_templates(snapshot):
+        size = model_size(template)
         for container in template.containers(include_init=False):
             server = classify(container)
             if server is None:
                 continue
-            problems = list(_problems(container))
+            problems = list(_problems(container, server, _Load.of(server, size)))
             if not problems:
                 yield passed(container, f"{server.describe()} probes cover model load")
             for problem, severity in problems:
@@ -90,19 +114,73 @@ def model_servers_survive_model_load(snapshot: Snapshot) -> Iterator[Result]:
                 )
 
 
-def _problems(container: Container) -> Iterator[tuple[str, Severity | None]]:
+@dataclass(frozen=True, slots=True)
+class _Load:
+    """What the input says about how long the model load takes."""
+
+    size: ModelSize | None
+    documented: tuple[int, str] | None
+
+    @classmethod
+    def of(cls, server: ServerClass, size: ModelSize | None) -> _Load:
+        return cls(size, _DOCUMENTED_LOAD.get(server.name))
+
+    @property
+    def seconds(self) -> int:
+        """The least load time the evidence supports, 0 without evidence."""
+        large = _LIVENESS_BUDGET if self.size is not None and self.size.large else 0
+        return max(large, self.documented[0] if self.documented else 0)
+
+    def why(self) -> str:
+        reasons = []
+        if self.size is not None and self.size.large:
+            reasons.append(f"the model {self.size.describe()} takes minutes to download and load")
+        if self.documented:
+            reasons.append(f"{self.documented[1]}")
+        return "; ".join(reasons)
+
+
+def _problems(
+    container: Container, server: ServerClass, load: _Load
+) -> Iterator[tuple[str, Severity]]:
     liveness = as_mapping(container.raw.get("livenessProbe"))
     startup = as_mapping(container.raw.get("startupProbe"))
     if liveness and not startup and (budget := probe_budget(liveness)) < _LIVENESS_BUDGET:
-        yield (
-            f"liveness probe kills the container after ~{budget}s and there is no startup "
-            "probe; model loads take minutes",
-            None,
+        problem = (
+            f"liveness probe kills the container after ~{budget}s and there is no startup probe"
         )
-    if startup and (budget := probe_budget(startup)) < _STARTUP_BUDGET:
-        yield f"startup probe gives up after ~{budget}s, short for a model load", Severity.LOW
-    if not container.raw.get("readinessProbe") and not knative_managed(container):
-        yield "no readiness probe: traffic arrives before the model is loaded", None
+        yield _judged(problem, budget < load.seconds, load)
+    if startup:
+        budget = probe_budget(startup)
+        if budget < load.seconds:
+            yield _judged(f"startup probe gives up after ~{budget}s", True, load)
+        elif budget < _STARTUP_BUDGET:
+            yield _judged(f"startup probe gives up after ~{budget}s", False, load)
+    template = container.template
+    readiness_elsewhere = (
+        knative_managed(container)
+        or (server.name == TRITON and not owned_by_kserve(container))
+        # LeaderWorkerSet workers join the leader's engine; clients reach only the leader.
+        or (template.owner.ref.kind_name == "LeaderWorkerSet" and template.replica_type == "worker")
+    )
+    if not container.raw.get("readinessProbe") and not startup and not readiness_elsewhere:
+        problem = (
+            "no readiness or startup probe: the pod is Ready, and gets traffic, while the "
+            "model loads"
+        )
+        yield _judged(problem, load.seconds > 0, load)
+
+
+def _judged(problem: str, evidenced: bool, load: _Load) -> tuple[str, Severity]:
+    if evidenced:
+        return f"{problem}; {load.why()}", Severity.MEDIUM
+    if load.seconds:
+        return f"{problem}; what the input shows ({load.why()}) fits in it", Severity.LOW
+    return (
+        f"{problem}; nothing in the input shows a long model load (no large model name, no "
+        "documented load time), so it may be enough",
+        Severity.LOW,
+    )
 
 
 # Health endpoints and default HTTP ports per server, for the suggested probes.

@@ -13,6 +13,7 @@ from gpu_audit.api import (
     Severity,
     Snapshot,
     argv,
+    as_list,
     as_mapping,
     check,
     classify,
@@ -48,11 +49,17 @@ _TORCHSERVE_RUNTIME = "kserve-torchserve"
         Containers classified as TorchServe by image (pytorch/torchserve, */torchserve-kfs) or
         command line (SRV-CLASSIFY; the matched rule is printed), and KServe InferenceServices
         whose predictor is `pytorch` or `model.modelFormat.name: pytorch` with the
-        kserve-torchserve runtime (or no runtime, which auto-selects it). High when the command
-        line disables token auth (--disable-token-auth) or enables the model API
-        (--enable-model-api); TS_* env vars only take effect with enable_envvars_config=true
-        in config.properties, so they are reported but do not raise the severity. Not flagged:
-        pytorch/pytorch or nvcr.io/nvidia/pytorch images, torchrun, torch-model-archiver.
+        kserve-torchserve runtime (or no runtime, which auto-selects it). The command line is
+        the container's, or the predictor's args for an InferenceService. TS_* env vars only
+        take effect with enable_envvars_config=true in config.properties, so they are reported
+        but do not raise the severity. Not flagged: pytorch/pytorch or nvcr.io/nvidia/pytorch
+        images, torchrun, torch-model-archiver.
+    """,
+    severity_evidence="""
+        Medium: the server in use gets no security fixes any more (a fact of this cluster, not
+        a preference). High when its command line also disables token auth
+        (--disable-token-auth) or enables the model register/delete API (--enable-model-api),
+        so anyone who reaches it can load code.
     """,
     remediation="""
         # $kind $namespace/$name: $what runs TorchServe (unmaintained upstream).
@@ -79,6 +86,8 @@ _TORCHSERVE_RUNTIME = "kserve-torchserve"
 )
 def no_torchserve_in_production(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):
+        if template.owner.ref.kind == ISVC:
+            continue  # judged from the InferenceService itself, below (one finding per object)
         for container in template.containers():
             server = classify(container)
             if server is None:
@@ -91,9 +100,15 @@ def no_torchserve_in_production(snapshot: Snapshot) -> Iterator[Result]:
         yield _inference_service(isvc)
 
 
+_RELAXING_FLAGS = ("--disable-token-auth", "--enable-model-api")
+
+
+def _relaxed(args: list[str]) -> list[str]:
+    return [f for f in _RELAXING_FLAGS if has_flag(args, f)]
+
+
 def _torchserve_finding(container: Container, rule: str) -> Result:
-    args = argv(container)
-    relaxed = [f for f in ("--disable-token-auth", "--enable-model-api") if has_flag(args, f)]
+    relaxed = _relaxed(argv(container))
     inert = [
         name
         for name in ("TS_DISABLE_TOKEN_AUTHORIZATION", "TS_ENABLE_MODEL_API")
@@ -119,19 +134,35 @@ def _inference_service(isvc: Resource) -> Result:
     fmt = str(as_mapping(model.get("modelFormat")).get("name", "")).lower()
     runtime = str(model.get("runtime") or "")
     if "pytorch" in predictor:
-        return failed(
+        spec = as_mapping(predictor.get("pytorch"))
+        return _isvc_finding(
             isvc,
             "spec.predictor.pytorch is served by the kserve-torchserve runtime (TorchServe)",
-            path="spec.predictor.pytorch",
-            fix={"what": "spec.predictor.pytorch"},
+            "spec.predictor.pytorch",
+            "spec.predictor.pytorch",
+            [str(a) for a in as_list(spec.get("command")) + as_list(spec.get("args"))],
         )
     if fmt == "pytorch" and runtime in ("", _TORCHSERVE_RUNTIME):
         how = f"runtime {runtime}" if runtime else "the auto-selected kserve-torchserve runtime"
-        return failed(
+        return _isvc_finding(
             isvc,
             f"modelFormat pytorch is served by {how} (TorchServe)",
-            path="spec.predictor.model",
-            fix={"what": "the pytorch predictor"},
+            "spec.predictor.model",
+            "the pytorch predictor",
+            [str(a) for a in as_list(model.get("command")) + as_list(model.get("args"))],
         )
     served_by = runtime or fmt or "custom containers"
     return passed(isvc, f"predictor is served by {served_by}, not TorchServe")
+
+
+def _isvc_finding(isvc: Resource, message: str, path: str, what: str, args: list[str]) -> Result:
+    relaxed = _relaxed(args)
+    if relaxed:
+        message += f"; security relaxed by {', '.join(relaxed)} in the predictor's args"
+    return failed(
+        isvc,
+        message,
+        path=path,
+        severity=Severity.HIGH if relaxed else None,
+        fix={"what": what},
+    )

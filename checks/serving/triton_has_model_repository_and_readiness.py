@@ -18,6 +18,7 @@ from gpu_audit.api import (
     check,
     classify,
     failed,
+    image_registry_and_path,
     passed,
     pod_templates,
 )
@@ -30,6 +31,8 @@ from ._common import (
 _SHELLS = ("sh", "bash", "ash", "dash")
 _CLOUD_REPOSITORIES = ("s3://", "gs://", "as://")
 _METRICS_PORT = 8002
+# NVIDIA's release images hold no models: a repository path no volume provides is missing.
+_STOCK_IMAGE = ("nvcr.io", "nvidia/tritonserver")
 
 
 @check(
@@ -52,9 +55,21 @@ _METRICS_PORT = 8002
         on no mounted volume is reported as medium (models baked into the image are possible:
         verify). Cloud repositories (s3://, gs://, as://) pass; shell wrapper scripts are
         searched as text; containers that rely on the image's default command are skipped.
-        Part B: no readiness probe (medium); an HTTP probe on another path than
-        /v2/health/ready or /v2/models/... or a TCP probe (low); a probe on the metrics port
-        8002 (medium). gRPC and exec probes pass.
+        Part B: no readiness probe; an HTTP probe on another path than /v2/health/ready or
+        /v2/models/..., or a TCP probe; a probe on the metrics port 8002 (reported once, as
+        the metrics port, whatever its path). gRPC and exec probes pass. Part C:
+        --model-control-mode=poll, which Triton's model management guide does not recommend
+        for production (changes to the repository are loaded as they are seen, partial ones
+        included).
+    """,
+    severity_evidence="""
+        High when Triton cannot start: no --model-repository, or a local repository path on no
+        volume with NVIDIA's stock tritonserver image, which holds no models (Triton exits with
+        "failed to stat file"); the same path in a custom image (models may be baked in) is
+        low. No readiness probe is medium (Triton's chart documents minutes of model load),
+        low when a startup probe already holds the first traffic back; a probe on the metrics
+        port is medium (it never reflects the models); a wrong path or a TCP probe is low.
+        POLL model control is low (a practice the vendor advises against, not a failure).
     """,
     remediation="""
         # $kind $namespace/$name, container $container: $problem
@@ -79,6 +94,8 @@ _METRICS_PORT = 8002
     references=(
         "https://github.com/triton-inference-server/server/blob/main/deploy/k8s-onprem/templates/deployment.yaml",
         "https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/model_repository.html",
+        "https://github.com/triton-inference-server/server/issues/1931",
+        "https://github.com/triton-inference-server/server/blob/main/docs/user_guide/model_management.md",
     ),
     remediation_root="pod_spec",
 )
@@ -88,7 +105,11 @@ def triton_has_model_repository_and_readiness(snapshot: Snapshot) -> Iterator[Re
             server = classify(container)
             if server is None or server.name != TRITON or owned_by_kserve(container):
                 continue
-            problems = [*_repository_problems(container), *_readiness_problems(container)]
+            problems = [
+                *_repository_problems(container),
+                *_readiness_problems(container),
+                *_control_mode_problems(container),
+            ]
             if not problems:
                 yield passed(
                     container, f"has a model repository and model readiness ({server.rule})"
@@ -128,11 +149,21 @@ def _repository_problems(container: Container) -> list[Problem]:
         for m in map(as_mapping, as_list(container.raw.get("volumeMounts")))
     ]
     if not any(m and (repository == m or repository.startswith(m + "/")) for m in mounts):
+        if image_registry_and_path(container.image) == _STOCK_IMAGE:
+            return [
+                (
+                    f"--model-repository={repository} is on no mounted volume and the stock "
+                    f"image {container.image} holds no models: Triton exits at start-up "
+                    '("failed to stat file")',
+                    Severity.HIGH,
+                    "volumeMounts",
+                )
+            ]
         return [
             (
                 f"--model-repository={repository} is on no mounted volume (models baked into "
-                "the image? verify)",
-                Severity.MEDIUM,
+                f"the custom image {container.image}? verify)",
+                Severity.LOW,
                 "volumeMounts",
             )
         ]
@@ -142,12 +173,27 @@ def _repository_problems(container: Container) -> list[Problem]:
 def _readiness_problems(container: Container) -> list[Problem]:
     probe = as_mapping(container.raw.get("readinessProbe"))
     if not probe:
+        if as_mapping(container.raw.get("startupProbe")):
+            return [
+                (
+                    "no readiness probe: the startup probe holds traffic back during the first "
+                    "load, but a model that fails or is unloaded later keeps receiving requests",
+                    Severity.LOW,
+                    "readinessProbe",
+                )
+            ]
         return [
             (
-                "no readiness probe: traffic reaches Triton before models load",
+                "no readiness probe: traffic reaches Triton before models load (Triton's chart "
+                "allows 300 s for model load)",
                 Severity.MEDIUM,
                 "readinessProbe",
             )
+        ]
+    if _probe_port(probe, container) == _METRICS_PORT:
+        # One probe, one finding: the port is the problem whatever the path says.
+        return [
+            ("readiness probe targets the metrics port 8002", Severity.MEDIUM, "readinessProbe")
         ]
     problems: list[Problem] = []
     http = as_mapping(probe.get("httpGet"))
@@ -169,11 +215,22 @@ def _readiness_problems(container: Container) -> list[Problem]:
                 "readinessProbe",
             )
         )
-    if _probe_port(probe, container) == _METRICS_PORT:
-        problems.append(
-            ("readiness probe targets the metrics port 8002", Severity.MEDIUM, "readinessProbe")
-        )
     return problems
+
+
+def _control_mode_problems(container: Container) -> list[Problem]:
+    mode = (flag_value(argv(container), "--model-control-mode") or "").lower()
+    if mode != "poll":
+        return []
+    return [
+        (
+            "--model-control-mode=poll: Triton does not recommend POLL in production; it "
+            "loads repository changes as it sees them, partial ones included, and whoever can "
+            "write the repository loads code (use none or explicit)",
+            Severity.LOW,
+            "args",
+        )
+    ]
 
 
 def _probe_port(probe: Mapping[str, Any], container: Container) -> int | None:

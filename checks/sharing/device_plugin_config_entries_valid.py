@@ -23,6 +23,7 @@ from gpu_audit.checks.sharing._common import (
     Problem,
     config_map_of,
     config_refs,
+    fallback_key,
     ref_nodes,
     selected_key,
 )
@@ -65,9 +66,12 @@ def _mig_problems(snapshot: Snapshot, ref: ConfigRef, config: PluginConfig) -> I
 
 
 def _selected_keys(snapshot: Snapshot, ref: ConfigRef) -> set[str]:
-    keys = {selected_key(ref, n) for n in ref_nodes(snapshot, ref)}
-    keys.add(ref.default)
-    return keys - {""}
+    """The keys the plugin applies: each GPU node's choice (label, default, fallback). With no
+    GPU node of the plugin in the input, the key an unlabelled node would get."""
+    nodes = ref_nodes(snapshot, ref)
+    if not nodes:
+        return {ref.default or fallback_key(ref)} - {""}
+    return {selected_key(ref, n) for n in nodes} - {""}
 
 
 _ORDER = (Severity.LOW, Severity.MEDIUM, Severity.HIGH)
@@ -96,6 +100,13 @@ _ORDER = (Severity.LOW, Severity.MEDIUM, Severity.HIGH)
         then ClusterPolicy spec.mig.strategy, then flags.migStrategy) is not mixed. Low:
         per-resource rename/devices, flags.migStrategy overridden by the operator, and any
         problem in a key that no node selects today. `devices: all` is not flagged.
+    """,
+    severity_evidence="""
+        A problem keeps its severity only in a key the plugin applies: a key some GPU node of
+        the plugin selects (its nvidia.com/device-plugin.config label, else the default, else
+        the fallback), or, with none of its GPU nodes in the input, the key an unlabelled node
+        would get. Any other key (a default every node overrides with its label, a spare
+        config) is low: nothing reads it today.
     """,
     remediation="""
         # $kind $namespace/$name, key $key: $problems

@@ -42,6 +42,11 @@ from gpu_audit.checks.sharing._common import (
         fallback), the referring ClusterPolicy or DaemonSet fails (medium). Non-GPU nodes that
         carry the label are ignored.
     """,
+    severity_evidence="""
+        High for a GPU node whose config label names no key: its config-manager fails on it.
+        Medium when sharing configs exist but no GPU node of the plugin selects any of them:
+        the sharing someone configured is applied nowhere. Non-GPU nodes are not judged.
+    """,
     remediation="""
         $command   # $summary
     """,

@@ -5,11 +5,13 @@ from gpu_audit.api import (
     Category,
     Container,
     FixKind,
+    PodTemplate,
     Resource,
     Result,
     Severity,
     Snapshot,
     as_list,
+    as_mapping,
     check,
     failed,
     passed,
@@ -75,10 +77,16 @@ def _is_device_plugin_image(container: Container) -> bool:
         GPU nodes whose device-plugin config (node label, default or fallback) uses
         sharing.mps fail (high) when MIG is in use: nvidia.com/mig.config other than
         all-disabled, or a MIG strategy label with MIG slice counts; MPS nodes without MIG
-        pass. Pod templates that run nvidia-cuda-mps-control fail (medium) unless the image is
+        pass. Pod templates that run nvidia-cuda-mps-control fail unless the image is
         the device plugin's (the operator's nvidia-device-plugin-mps-control-daemon and the
         nvdp chart's mps-control-daemon). Not flagged here: MPS with mig-strategy mixed
         (GPU-SHARE-002, a config finding) and GKE-managed MPS, a different implementation.
+    """,
+    severity_evidence="""
+        High for an MPS config selected on a MIG node: the plugin refuses to start there. A
+        hand-started MPS daemon is medium when the pod opens it to other pods (hostIPC, or a
+        hostPath for the MPS pipe directory), the node-wide MPS the device plugin should
+        provide; it is low when it serves only the pod's own processes.
     """,
     remediation="""
         # $subject: $summary
@@ -119,18 +127,39 @@ def mps_without_mig_and_from_device_plugin(snapshot: Snapshot) -> Iterator[Resul
     yield from _ad_hoc_daemons(snapshot)
 
 
+def _shared_beyond_pod(template: PodTemplate) -> str:
+    """How the template opens its MPS daemon to other pods ("" when it does not): the host's
+    IPC namespace, or a host directory for the MPS pipe and log (CUDA_MPS_PIPE_DIRECTORY,
+    /tmp/nvidia-mps by default) that other pods can mount."""
+    if template.spec.get("hostIPC") is True:
+        return "hostIPC"
+    for volume in map(as_mapping, as_list(template.spec.get("volumes"))):
+        path = str(as_mapping(volume.get("hostPath")).get("path", ""))
+        if "mps" in path.lower():
+            return f"hostPath {path}"
+    return ""
+
+
 def _ad_hoc_daemons(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):
         for container in template.containers():
             if not _runs_mps_control(container) or _is_device_plugin_image(container):
                 continue
             owner = template.owner
+            shared = _shared_beyond_pod(template)
+            scope = (
+                f"and shares it with other pods ({shared}): node-wide MPS must come from "
+                "sharing.mps in the device-plugin config, or the node keeps advertising "
+                "exclusive GPUs"
+                if shared
+                else "inside the pod only (no hostIPC, no host MPS directory): its own "
+                "processes share the GPU with no per-client limits; other pods are unaffected"
+            )
             yield failed(
                 container,
-                f"starts {MPS_CONTROL} itself: node-wide MPS must come from sharing.mps in "
-                "the device-plugin config, or the node keeps advertising exclusive GPUs",
+                f"starts {MPS_CONTROL} itself {scope}",
                 path=f"{container.path}.command",
-                severity=Severity.MEDIUM,
+                severity=Severity.MEDIUM if shared else Severity.LOW,
                 fix={
                     "subject": f"{owner.ref.kind_name} {owner.ref.namespace}/{owner.ref.name}",
                     "summary": "remove the hand-made MPS daemon; configure MPS in the "

@@ -6,6 +6,8 @@ from gpu_audit.api import (
     NVIDIA_GPU_SHARED,
     Category,
     FixKind,
+    RelatedRef,
+    RelatedRole,
     Resource,
     Result,
     Severity,
@@ -16,6 +18,7 @@ from gpu_audit.api import (
     device_plugin_daemonsets,
     failed,
     passed,
+    relate,
 )
 from gpu_audit.checks.sharing._common import (
     COUNT_LABEL,
@@ -25,6 +28,7 @@ from gpu_audit.checks.sharing._common import (
     ConfigRef,
     PluginConfig,
     capacity_of,
+    config_map_of,
     config_refs,
     ref_nodes,
     selected_key,
@@ -143,7 +147,15 @@ def _evaluated(node: Resource) -> bool:
         nvidia.com/gpu: 0 is expected and never required). Under MIG mixed, per-profile
         <profile>.replicas labels are compared instead. Not evaluated: nodes without GFD
         labels, nodes selecting a missing key (GPU-SHARE-003) or a config the plugin rejects
-        (GPU-SHARE-002). No clock: the 2-minute GFD refresh grace is not applied.
+        (GPU-SHARE-002). No clock: the 2-minute GFD refresh grace is not applied. The finding
+        is on the device-plugin DaemonSet that needs a restart, one for all its stale nodes
+        (related as symptoms, GFD as a cause, the ConfigMap and the ClusterPolicy beside
+        them); when that DaemonSet is not in the input, on each stale node.
+    """,
+    severity_evidence="""
+        Medium: the node labels and capacity in the input show a sharing layout the selected
+        config no longer describes, so placement and quotas built on the config are off. Not
+        raised further: the plugin still advertises GPUs, and a restart applies the config.
     """,
     remediation="""
         # $subject: $summary
@@ -151,7 +163,7 @@ def _evaluated(node: Resource) -> bool:
     """,
     fix_kind=FixKind.COMMAND,
     remediation_generic="""
-        # Node <node> does not advertise what its selected config asks for: restart the device plugin
+        # the nodes do not advertise what their selected config asks for: restart the device plugin
         # (and GFD) so they apply it; the operator does not restart them after a ConfigMap edit
         kubectl -n <plugin-namespace> rollout restart daemonset/<device-plugin-daemonset>
         kubectl -n <plugin-namespace> rollout restart daemonset/<gfd-daemonset>
@@ -163,6 +175,7 @@ def _evaluated(node: Resource) -> bool:
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-sharing.html",
         "https://github.com/NVIDIA/k8s-device-plugin/blob/main/internal/lm/resource.go",
         "https://github.com/NVIDIA/k8s-device-plugin/issues/364",
+        "https://github.com/NVIDIA/gpu-operator/issues/1144",
     ),
 )
 def node_sharing_state_matches_selected_config(snapshot: Snapshot) -> Iterator[Result]:
@@ -170,6 +183,9 @@ def node_sharing_state_matches_selected_config(snapshot: Snapshot) -> Iterator[R
     for ref in config_refs(snapshot):
         if not ref.configs:
             continue  # the ConfigMap is not in the input (GPU-SHARE-001)
+        plugin = _plugin(snapshot, ref)
+        fresh: list[Resource] = []
+        stale: list[_Stale] = []
         for node in ref_nodes(snapshot, ref):
             if node.ref.name in seen or not _evaluated(node):
                 continue
@@ -179,26 +195,103 @@ def node_sharing_state_matches_selected_config(snapshot: Snapshot) -> Iterator[R
                 continue
             seen.add(node.ref.name)
             found = _mismatches(node, _expected(config))
-            if not found:
-                yield passed(node, f"advertises what config {key!r} selects ({config.mode})")
-                continue
-            yield _finding(snapshot, ref, node, key, found)
+            if found:
+                stale.append(_Stale(node, key, found))
+            else:
+                fresh.append(node)
+                if plugin is None:
+                    yield passed(node, f"advertises what config {key!r} selects ({config.mode})")
+        if plugin is None:
+            # The plugin DaemonSet is not in the input: the nodes are what can be named.
+            for item in stale:
+                yield _node_finding(snapshot, ref, item)
+        elif stale:
+            yield _plugin_finding(snapshot, ref, plugin, stale, len(stale) + len(fresh))
+        elif fresh:
+            yield passed(
+                plugin,
+                f"has applied ConfigMap {ref.namespace}/{ref.name} on its {len(fresh)} GPU node(s)",
+                path="spec.template",
+            )
 
 
-def _finding(
-    snapshot: Snapshot, ref: ConfigRef, node: Resource, key: str, found: list[str]
+@dataclass(frozen=True, slots=True)
+class _Stale:
+    """A node that advertises something other than what its selected config asks for."""
+
+    node: Resource
+    key: str
+    found: list[str]
+
+    def describe(self) -> str:
+        return f"{self.node.ref.name} (config {self.key!r}): {'; '.join(self.found)}"
+
+
+def _plugin(snapshot: Snapshot, ref: ConfigRef) -> Resource | None:
+    """The device-plugin DaemonSet that reads the config, when it is in the input."""
+    return ref.daemonset or next(
+        (d for d in device_plugin_daemonsets(snapshot) if d.ref.namespace == ref.namespace), None
+    )
+
+
+def _gfd(snapshot: Snapshot, namespace: str, plugin: Resource | None) -> list[Resource]:
+    return [
+        d
+        for d in snapshot.of("DaemonSet")
+        if d.ref.namespace == namespace and d is not plugin and _runs_gfd(d)
+    ]
+
+
+def _context(snapshot: Snapshot, ref: ConfigRef, plugin: Resource | None) -> list[RelatedRef]:
+    """What stands around the stale plugin: GFD (its labels are stale too, and it needs the
+    same restart), the ConfigMap the plugin reads, the ClusterPolicy that owns operands."""
+    related = [relate(d, RelatedRole.CAUSE) for d in _gfd(snapshot, ref.namespace, plugin)]
+    config_map = config_map_of(snapshot, ref)
+    if config_map is not None:
+        related.append(relate(config_map, RelatedRole.SELECTED_BY))
+    if ref.operator and ref.referrer is not plugin:
+        related.append(relate(ref.referrer, RelatedRole.OWNER))
+    return related
+
+
+def _plugin_finding(
+    snapshot: Snapshot, ref: ConfigRef, plugin: Resource, stale: list[_Stale], evaluated: int
 ) -> Result:
+    shown = "; ".join(s.describe() for s in stale[:3])
+    more = f"; and {len(stale) - 3} more node(s)" if len(stale) > 3 else ""
     return failed(
-        node,
-        f"does not advertise config {key!r} of ConfigMap {ref.namespace}/{ref.name}: "
-        f"{'; '.join(found)}. The plugin has not applied it (the operator does not restart "
-        "it after a ConfigMap edit)",
-        path="metadata.labels",
+        plugin,
+        f"has not applied ConfigMap {ref.namespace}/{ref.name} on {len(stale)} of its "
+        f"{evaluated} GPU node(s), which still advertise another sharing layout: {shown}{more}. "
+        "Its pods load the config when they start or when a node's config label changes "
+        "(config-manager watches the label, not the ConfigMap), and the GPU Operator does not "
+        "restart them after a ConfigMap edit",
+        path="spec.template",
         fix={
-            "subject": f"Node {node.ref.name}",
-            "summary": f"restart the device plugin so it applies {key!r}",
+            "subject": f"DaemonSet {plugin.ref.namespace}/{plugin.ref.name}",
+            "summary": "restart the device plugin (and GFD) so they apply the selected config",
             "command": _restarts(snapshot, ref),
         },
+        related=[
+            *(relate(s.node, RelatedRole.SYMPTOM) for s in stale),
+            *_context(snapshot, ref, plugin),
+        ],
+    )
+
+
+def _node_finding(snapshot: Snapshot, ref: ConfigRef, stale: _Stale) -> Result:
+    return failed(
+        stale.node,
+        f"does not advertise config {stale.key!r} of ConfigMap {ref.namespace}/{ref.name}: "
+        f"{'; '.join(stale.found)}. The plugin has not applied it (the operator does not "
+        "restart it after a ConfigMap edit)",
+        path="metadata.labels",
+        fix={
+            "subject": f"Node {stale.node.ref.name}",
+            "summary": f"restart the device plugin so it applies {stale.key!r}",
+            "command": _restarts(snapshot, ref),
+        },
+        related=_context(snapshot, ref, None),
     )
 
 
@@ -207,14 +300,8 @@ def _restarts(snapshot: Snapshot, ref: ConfigRef) -> str:
     else (a ClusterPolicy without its operands in the input) the operator's operands by the
     `app` label it gives them."""
     namespace = ref.namespace
-    plugin = ref.daemonset or next(
-        (d for d in device_plugin_daemonsets(snapshot) if d.ref.namespace == namespace), None
-    )
-    gfd = [
-        d
-        for d in snapshot.of("DaemonSet")
-        if d.ref.namespace == namespace and d is not plugin and _runs_gfd(d)
-    ]
+    plugin = _plugin(snapshot, ref)
+    gfd = _gfd(snapshot, namespace, plugin)
     restart = f"kubectl -n {namespace} rollout restart daemonset"
     lines = [f"{restart}/{plugin.ref.name}" if plugin else f"{restart} -l app={_OPERATOR_PLUGIN}"]
     lines += [f"{restart}/{d.ref.name}" for d in gfd]

@@ -91,6 +91,13 @@ def _matching_gpu_nodes(snapshot: Snapshot, spec: Mapping[str, Any]) -> tuple[Re
         <resource>.replicas > 1); low when only some of them do. Requests of 2 whole GPUs on
         unshared nodes pass; fractional quantities are left to GPU-WL-001.
     """,
+    severity_evidence="""
+        High when the input shows the kubelet rejects the request: failRequestsGreaterThanOne
+        or MPS for that resource (a device-plugin config, or a node's MPS sharing label).
+        Medium when the pod would hold several slots without that flag, of a renamed .shared
+        resource or on nodes that all replicate the resource: slots that add no GPU. Low when
+        only some of the nodes it can land on share.
+    """,
     remediation="""
         # $kind $namespace/$name, container $container: one slot of a shared GPU
         $section:

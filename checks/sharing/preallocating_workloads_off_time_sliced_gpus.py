@@ -173,6 +173,12 @@ def _landing_nodes(template: PodTemplate, nodes: Sequence[Resource]) -> list[Res
         requests for nvidia.com/gpu.shared, MIG resources, and workloads that allocate on
         demand. Other GPU workloads are not judged: time-slicing them is a policy choice.
     """,
+    severity_evidence="""
+        Medium whenever it fails: the template's placement lets it land on a time-sliced node
+        in the input whose share (1/replicas) is smaller than the memory fraction its engine
+        reserves. Templates that opt in to shared GPUs, and engines that allocate on demand,
+        are not judged.
+    """,
     remediation="""
         # $subject: keep it off time-sliced GPUs (merge into existing nodeSelectorTerms), or
         # set renameByDefault: true in the time-slicing config so shared GPUs are nvidia.com/gpu.shared

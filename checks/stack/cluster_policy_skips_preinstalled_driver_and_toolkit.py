@@ -1,3 +1,4 @@
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -99,6 +100,17 @@ def _stuck_driver_pod(snapshot: Snapshot, node: Resource) -> str:
         driver pod on the node is crash-looping. It names the ClusterPolicy when every GPU node
         it would install on is preinstalled, else each preinstalled node (mixed pools).
         AKS pools created with --skip-gpu-driver-install are indistinguishable in the API.
+        Nodes the driver manager already labelled pre-installed are opted out, but when the
+        policy's driver.version differs from their host driver (GFD's
+        cuda.driver-version.full) the ClusterPolicy fails: that version never reaches them.
+    """,
+    severity_evidence="""
+        Medium when the node's OS image (osImage, kernel, labels) ships the component the
+        ClusterPolicy deploys there: the configured driver version cannot apply and a second
+        toolkit rewrites the runtime config the image manages. High when a driver pod on
+        such a node is crash-looping. Medium too when nodes labelled pre-installed run
+        another driver version than driver.version: the configured version is silently not
+        applied. Ubuntu EKS AMIs and other opted-out nodes are not judged.
     """,
     remediation="""
         $command   # $subject: $summary
@@ -117,6 +129,7 @@ def _stuck_driver_pod(snapshot: Snapshot, node: Resource) -> str:
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/microsoft-aks.html",
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/google-gke.html",
         "https://github.com/NVIDIA/gpu-operator/issues/686",
+        "https://github.com/NVIDIA/gpu-operator/issues/476",
     ),
 )
 def cluster_policy_skips_preinstalled_driver_and_toolkit(snapshot: Snapshot) -> Iterator[Result]:
@@ -128,6 +141,10 @@ def cluster_policy_skips_preinstalled_driver_and_toolkit(snapshot: Snapshot) -> 
         if not _wanted(policy, component):
             yield passed(policy, f"{component}: not installed by the operator")
             continue
+        if component == "driver":
+            ignored = _ignored_driver_version(policy, nodes)
+            if ignored is not None:
+                yield ignored
         targets = [n for n in nodes if not _opted_out(n, component)]
         clashing = [
             (n, p) for n in targets if (p := _preinstalled(n)) and component in p.components
@@ -141,6 +158,47 @@ def cluster_policy_skips_preinstalled_driver_and_toolkit(snapshot: Snapshot) -> 
         else:
             for node, found in clashing:
                 yield _node_finding(snapshot, node, component, found)
+
+
+_VERSION = re.compile(r"^\d+(\.\d+){0,2}$")
+_HOST_DRIVER = "nvidia.com/cuda.driver-version.full"
+
+
+def _ignored_driver_version(policy: Resource, nodes: tuple[Resource, ...]) -> Result | None:
+    """The driver.version the policy asks for, on nodes whose driver manager found a host
+    driver (deploy.driver=pre-installed) of another version (GFD's label): the operator never
+    replaces a preinstalled driver, so the configured version is silently not applied."""
+    wanted = str(as_mapping(policy.spec.get("driver")).get("version") or "")
+    if not _VERSION.match(wanted):
+        return None  # unset, a placeholder, or a tag we cannot compare
+    running: dict[str, str] = {}
+    for node in nodes:
+        labels = node.labels
+        if labels.get(DEPLOY_PREFIX + "operands") == "false":
+            continue
+        host = labels.get(_HOST_DRIVER, "")
+        if labels.get(DEPLOY_PREFIX + "driver") != "pre-installed" or not host:
+            continue
+        if host.split(".")[: wanted.count(".") + 1] != wanted.split("."):
+            running[node.ref.name] = host
+    if not running:
+        return None
+    shown = ", ".join(f"{n} ({v})" for n, v in sorted(running.items())[:3])
+    more = f" and {len(running) - 3} more" if len(running) > 3 else ""
+    return failed(
+        policy,
+        f"driver.version {wanted} is never installed on {len(running)} GPU node(s) the driver "
+        f"manager labelled pre-installed, which keep their host driver: {shown}{more}",
+        path="spec.driver.version",
+        fix={
+            "subject": f"ClusterPolicy {policy.ref.name}",
+            "summary": "the operator does not replace a preinstalled driver: upgrade it in the "
+            "node image, or drop the operator's driver there",
+            "command": "kubectl patch clusterpolicies.nvidia.com/"
+            f"{policy.ref.name} --type merge -p "
+            '\'{"spec":{"driver":{"enabled":false}}}\'',
+        },
+    )
 
 
 def _severity(evidence: str) -> Severity | None:

@@ -85,6 +85,12 @@ def _is_nfd_worker(daemonset: Resource) -> bool:
         them run on the same GPU node. That finding names the copy bundled into another Helm
         release (set nfd.enabled=false there) rather than a standalone NFD.
     """,
+    severity_evidence="""
+        High for a GPU node the active ClusterPolicy cannot see (no NFD PCI label): the
+        operator deploys no operand there. Medium for a second NFD worker that the simulation
+        places on the same GPU node: two masters relabel it and their configs can fight.
+        Without a ClusterPolicy a missing label matters to nobody and is not evaluated.
+    """,
     remediation="""
         # $subject: $summary
         $command

@@ -77,6 +77,12 @@ def _patch(name: str, body: str) -> str:
         drivers (not documented as unsupported), and nodeAffinity (not part of the
         operator's conflict test).
     """,
+    severity_evidence="""
+        High when the input shows the failure: NVIDIADrivers ignored or missing for the
+        ClusterPolicy's setting, a second default, a default with a selector, or two drivers
+        selecting a GPU node in the input. Medium when selectors could only overlap on a node
+        not in the input, and for precompiled drivers with GDS.
+    """,
     remediation="""
         # $subject: $summary
         $command

@@ -195,6 +195,11 @@ def _problems(here: list[Component]) -> list[str]:
         nodes running no DCGM component. Duplicate ServiceMonitors are left to the
         monitoring checks. The finding names the standalone DaemonSet to remove or repoint.
     """,
+    severity_evidence="""
+        Medium whenever it fails: two exporters, or two host engines, simulated onto the same
+        GPU node double every series or break the profiling counters there. The operator's
+        own engine-plus-exporter pair and exporters pinned to different pools pass.
+    """,
     remediation="""
         # $subject: $summary
         $command

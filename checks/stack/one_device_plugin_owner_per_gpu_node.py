@@ -65,6 +65,12 @@ class Owner:
         names the standalone DaemonSet to restrict, or the node to opt out of the operator's
         plugin when the duplicate is a built-in one.
     """,
+    severity_evidence="""
+        High whenever it fails: two owners whose placement (selectors, affinity, tolerations,
+        or a platform's built-in plugin) lands on the same GPU node make what it advertises
+        depend on which registered last. Owners kept apart by selectors, and DaemonSets that
+        schedule no pod, are not findings.
+    """,
     remediation="""
         # $subject: $summary
         # Keep one plugin per node: remove this one (helm uninstall / kubectl delete), or

@@ -44,12 +44,20 @@ class Operand:
     name: str  # the deploy-label suffix: driver, device-plugin, dcgm-exporter, ...
 
     @property
-    def severity(self) -> Severity:
-        return Severity.CRITICAL if self.name in _CRITICAL else Severity.HIGH
+    def critical(self) -> bool:
+        return self.name in _CRITICAL
+
+    def severity(self, all_down: bool) -> Severity:
+        """Critical only when a layer without which no GPU is advertised fails on every GPU
+        node: then no GPU work runs anywhere. One broken node of several is high."""
+        return Severity.CRITICAL if self.critical and all_down else Severity.HIGH
 
     @property
     def layer(self) -> int:
         return _LAYER.get(self.name, len(_LAYER))
+
+
+Broken = tuple[str, str, PodFailure]  # node, pod, failure
 
 
 def _operands(snapshot: Snapshot) -> list[Operand]:
@@ -142,7 +150,13 @@ def _counters(daemonset: Resource) -> tuple[int, dict[str, int]]:
         merely pending or initialising (no clock to tell a slow driver build from a stuck
         one), pods on NotReady or cordoned nodes (GPU-NODE-006), driver pods on nodes
         labelled driver=pre-installed (GPU-STACK-002), and manifests without status.
-        Critical for the driver, toolkit and device-plugin DaemonSets, high otherwise.
+        The severity depends on how many GPU nodes are left without a working stack.
+    """,
+    severity_evidence="""
+        Critical only when the driver, toolkit or device-plugin layer fails (or gets no pod) on
+        every usable GPU node in the input (without Node objects: on every node its DaemonSet
+        targets), so no GPU work can run at all; the same failure on some GPU nodes while
+        others work is high, as is any other operand (GFD, DCGM, exporter, validator).
     """,
     remediation="""
         # $subject: $summary
@@ -173,21 +187,50 @@ def operand_daemonsets_rolled_out_on_gpu_nodes(snapshot: Snapshot) -> Iterator[R
     operands = _operands(snapshot)
     failures = _failing_pods(snapshot, operands)
     policy = active_cluster_policy(snapshot)
+    excluded_by = {str(o.daemonset.ref): _excluded_nodes(snapshot, o) for o in operands}
+    all_down = _every_gpu_node_down(snapshot, operands, failures, excluded_by)
     untolerated: dict[str, list[tuple[Operand, str]]] = {}
     for operand in operands:
-        excluded = _excluded_nodes(snapshot, operand)
+        excluded = excluded_by[str(operand.daemonset.ref)]
         for node, taints in excluded:
             untolerated.setdefault(node.ref.name, []).append((operand, taints))
         broken = failures.get(str(operand.daemonset.ref), [])
         if broken:
-            yield _crash_finding(operand, broken)
+            yield _crash_finding(operand, broken, all_down)
         elif excluded and policy is None:
-            yield _taint_finding(operand.daemonset, operand, excluded)
+            yield _taint_finding(operand.daemonset, operand, excluded, all_down)
         elif _rolled_out(operand.daemonset) and not excluded:
             desired, _ = _counters(operand.daemonset)
             yield passed(operand.daemonset, f"is ready on all {desired} node(s) it targets")
     if policy is not None and untolerated:
-        yield _policy_taint_finding(policy, untolerated)
+        yield _policy_taint_finding(policy, untolerated, all_down)
+
+
+def _every_gpu_node_down(
+    snapshot: Snapshot,
+    operands: list[Operand],
+    failures: Mapping[str, list[Broken]],
+    excluded_by: Mapping[str, list[tuple[Resource, str]]],
+) -> bool:
+    """Whether a driver, toolkit or device-plugin failure (or missing pod) covers every usable
+    GPU node in the input; without Node objects, whether it covers every node a failing
+    critical DaemonSet targets."""
+    down: set[str] = set()
+    for operand in operands:
+        if not operand.critical:
+            continue
+        key = str(operand.daemonset.ref)
+        down.update(node for node, _, _ in failures.get(key, []) if node)
+        down.update(node.ref.name for node, _ in excluded_by.get(key, []))
+    usable = {n.ref.name for n in gpu_nodes(snapshot) if _usable(n)}
+    if usable:
+        return usable <= down
+    for operand in operands:
+        broken = failures.get(str(operand.daemonset.ref), [])
+        desired, _ = _counters(operand.daemonset)
+        if operand.critical and broken and len(broken) >= desired:
+            return True
+    return False
 
 
 def _rolled_out(daemonset: Resource) -> bool:
@@ -196,9 +239,6 @@ def _rolled_out(daemonset: Resource) -> bool:
     observed = daemonset.status.get("observedGeneration")
     current = not isinstance(generation, int) or observed == generation
     return current and all(v >= desired for v in counters.values())
-
-
-Broken = tuple[str, str, PodFailure]  # node, pod, failure
 
 
 def _failing_pods(snapshot: Snapshot, operands: list[Operand]) -> dict[str, list[Broken]]:
@@ -216,7 +256,7 @@ def _failing_pods(snapshot: Snapshot, operands: list[Operand]) -> dict[str, list
     return out
 
 
-def _crash_finding(operand: Operand, broken: list[Broken]) -> Result:
+def _crash_finding(operand: Operand, broken: list[Broken], all_down: bool) -> Result:
     ds = operand.daemonset
     summary = "; ".join(
         f"{node or 'unscheduled'}: pod {pod} {why.message}" for node, pod, why in broken
@@ -231,9 +271,9 @@ def _crash_finding(operand: Operand, broken: list[Broken]) -> Result:
         lines.append(f"kubectl -n {ds.ref.namespace} logs {pod} -c {container} --previous")
     return failed(
         ds,
-        f"is not ready on {len(broken)} GPU node(s): {summary}",
+        f"is not ready on {len(broken)} GPU node(s): {summary}{_scope(operand, all_down)}",
         path="status.numberReady",
-        severity=operand.severity,
+        severity=operand.severity(all_down),
         fix={
             "subject": f"DaemonSet {ds.ref.namespace}/{ds.ref.name}",
             "summary": f"first failing layer on {node or 'its node'}",
@@ -243,15 +283,16 @@ def _crash_finding(operand: Operand, broken: list[Broken]) -> Result:
 
 
 def _taint_finding(
-    daemonset: Resource, operand: Operand, excluded: list[tuple[Resource, str]]
+    daemonset: Resource, operand: Operand, excluded: list[tuple[Resource, str]], all_down: bool
 ) -> Result:
     nodes = "; ".join(f"{n.ref.name} ({t})" for n, t in excluded)
     tolerations = as_list(pod_spec(daemonset).get("tolerations"))
     return failed(
         daemonset,
-        f"has no pod on GPU node(s) labelled for it, whose taints it does not tolerate: {nodes}",
+        f"has no pod on GPU node(s) labelled for it, whose taints it does not tolerate: {nodes}"
+        f"{_scope(operand, all_down)}",
         path="spec.template.spec.tolerations",
-        severity=operand.severity,
+        severity=operand.severity(all_down),
         fix={
             "subject": f"DaemonSet {daemonset.ref.namespace}/{daemonset.ref.name}",
             "summary": "tolerate the GPU nodes' taints",
@@ -263,15 +304,15 @@ def _taint_finding(
 
 
 def _policy_taint_finding(
-    policy: Resource, untolerated: Mapping[str, list[tuple[Operand, str]]]
+    policy: Resource, untolerated: Mapping[str, list[tuple[Operand, str]]], all_down: bool
 ) -> Result:
     parts = [
         f"{node}: {', '.join(o.daemonset.ref.name for o, _ in found)} ({found[0][1]})"
         for node, found in sorted(untolerated.items())
     ]
-    worst = min(
-        (o.severity for found in untolerated.values() for o, _ in found),
-        key=lambda s: -s.rank,
+    worst = max(
+        (o.severity(all_down) for found in untolerated.values() for o, _ in found),
+        key=lambda s: s.rank,
     )
     existing = as_list(as_mapping(policy.spec.get("daemonsets")).get("tolerations"))
     taints = [t for found in untolerated.values() for _, t in found]
@@ -286,6 +327,14 @@ def _policy_taint_finding(
             "body": _tolerations_yaml(["spec", "daemonsets"], existing, taints),
         },
     )
+
+
+def _scope(operand: Operand, all_down: bool) -> str:
+    if not operand.critical:
+        return ""
+    if all_down:
+        return "; no GPU node in the input has a working GPU stack"
+    return "; other GPU nodes still advertise GPUs"
 
 
 def _tolerations_yaml(path: list[str], existing: list[Any], taints: list[str]) -> str:

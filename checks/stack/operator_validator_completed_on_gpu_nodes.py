@@ -117,6 +117,11 @@ def _workload_failure(
         or operands=false, and NotReady or cordoned nodes (GPU-NODE-006). The validator
         DaemonSet's rollout itself is GPU-STACK-007's.
     """,
+    severity_evidence="""
+        High whenever it fails: a validator init container or test pod on the node shows
+        clock-free failure (crash loop, non-zero exit, repeated restarts), so the node is not
+        ready for GPU work. Validators still initialising are not judged.
+    """,
     remediation="""
         # $subject: $summary
         kubectl -n $ns logs $pod -c $container

@@ -1,8 +1,18 @@
-"""StorageClass resolution and driver capabilities shared by the storage checks."""
+"""StorageClass resolution, driver capabilities and model-weight estimates shared by the
+storage checks."""
 
 from __future__ import annotations
 
-from gpu_audit.api import Resource, Snapshot, as_mapping
+from collections import defaultdict
+
+from gpu_audit.api import (
+    PodTemplate,
+    Resource,
+    Snapshot,
+    as_list,
+    as_mapping,
+    pod_templates,
+)
 
 DEFAULT_CLASS_ANNOTATIONS = (
     "storageclass.kubernetes.io/is-default-class",
@@ -73,6 +83,17 @@ def claim_storage_class(snapshot: Snapshot, pvc: Resource) -> Resource | None:
     if name == "":
         return None
     return snapshot.get("StorageClass", "", str(name))
+
+
+def claim_consumers(snapshot: Snapshot) -> dict[tuple[str, str], list[PodTemplate]]:
+    """(namespace, claim name) -> the pod templates that mount the claim."""
+    found: dict[tuple[str, str], list[PodTemplate]] = defaultdict(list)
+    for template in pod_templates(snapshot):
+        for volume in map(as_mapping, as_list(template.spec.get("volumes"))):
+            claim = as_mapping(volume.get("persistentVolumeClaim")).get("claimName")
+            if claim:
+                found[(template.owner.ref.namespace, str(claim))].append(template)
+    return found
 
 
 def pv_driver(pv: Resource) -> str:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from decimal import Decimal
 from typing import Any
 
 from gpu_audit.api import (
@@ -15,8 +16,12 @@ from gpu_audit.api import (
     as_mapping,
     check,
     failed,
+    gpu_nodes,
     gpu_pod_templates,
+    image_registry_and_path,
+    model_size,
     passed,
+    quantities,
 )
 
 CACHE_ENV = (
@@ -43,6 +48,10 @@ CACHE_PATHS = (
     "/dev/shm",
 )
 SHM = "/dev/shm"
+GB = Decimal(10**9)
+# Without a node or memory limit in the input to compare with, weights from this size on fill a
+# typical GPU node's boot disk or a good share of its memory by themselves.
+_UNBOUNDED_EVIDENCE_GB = 100
 
 
 @check(
@@ -61,11 +70,19 @@ SHM = "/dev/shm"
     detection="""
         GPU pod templates: emptyDir volumes mounted at a cache-like path (/root/.cache, /models,
         /weights, /cache, /mnt/models, ...) or containing the directory an env var such as
-        HF_HOME, TRANSFORMERS_CACHE, TORCH_HOME or VLLM_CACHE_ROOT points to. Disk-backed
-        without sizeLimit and without an ephemeral-storage limit on any container: medium.
-        Memory-backed without sizeLimit: medium, low for /dev/shm (expected for NCCL and data
-        loaders, only the bound matters). Not flagged: emptyDirs at other paths (/tmp, sockets),
-        PVCs and generic ephemeral volumes.
+        HF_HOME, TRANSFORMERS_CACHE, TORCH_HOME or VLLM_CACHE_ROOT points to (or the image
+        sets: /data for TGI), KServe's storage-initializer volume at /mnt/models included. Reported: disk-backed without
+        sizeLimit and without an ephemeral-storage limit on any container; memory-backed
+        without sizeLimit. Not flagged: emptyDirs at other paths (/tmp, sockets), PVCs and
+        generic ephemeral volumes.
+    """,
+    severity_evidence="""
+        Medium when the model the pod names (a parameter count in its name: 2 bytes a
+        parameter, less for FP8/INT4 names) fills half of what bounds the cache: the smallest
+        GPU node's allocatable ephemeral storage for a disk-backed cache, the pod's memory
+        limit (else the smallest GPU node's memory) for a memory-backed one; 100 GB when the
+        input holds neither. Otherwise low, and /dev/shm is always low (expected for NCCL and
+        data loaders, only the bound matters).
     """,
     remediation="""
         # $kind $namespace/$name, volume $volume mounted at $mount
@@ -89,20 +106,48 @@ SHM = "/dev/shm"
     references=(
         "https://kubernetes.io/docs/concepts/storage/volumes/#emptydir",
         "https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/",
+        "https://github.com/huggingface/text-generation-inference/blob/main/Dockerfile",
     ),
     remediation_root="pod_spec",
 )
 def gpu_model_caches_bounded(snapshot: Snapshot) -> Iterator[Result]:
+    nodes = [quantities(n.status.get("allocatable")) for n in gpu_nodes(snapshot)]
+    node_disk = min(
+        (q["ephemeral-storage"] for q in nodes if "ephemeral-storage" in q), default=None
+    )
+    node_memory = min((q["memory"] for q in nodes if "memory" in q), default=None)
     for template in gpu_pod_templates(snapshot):
         cache_dirs = _cache_env_paths(template)
         has_ephemeral_limit = any("ephemeral-storage" in c.limits for c in template.containers())
+        main = template.containers(include_init=False)
+        limits = [q["memory"] for c in main if "memory" in (q := quantities(c.limits))]
+        # The pod's memory is bounded only when every container has a limit.
+        memory_limit = sum(limits, Decimal(0)) if main and len(limits) == len(main) else None
+        bounds = {"disk": node_disk, "memory": memory_limit or node_memory}
         for index, volume in enumerate(map(as_mapping, as_list(template.spec.get("volumes")))):
             if not isinstance(volume.get("emptyDir"), Mapping):
                 continue
             mounts = _mount_paths(template, str(volume.get("name", "")))
             cache_mounts = [m for m in mounts if _is_cache(m, cache_dirs)]
             if cache_mounts:
-                yield _verdict(template, index, volume, cache_mounts[0], has_ephemeral_limit)
+                yield _verdict(
+                    template, index, volume, cache_mounts[0], has_ephemeral_limit, bounds
+                )
+
+
+def _weight_evidence(template: PodTemplate, bound: Decimal | None, what: str) -> tuple[bool, str]:
+    """Whether the named model fills half of `bound` (bytes), and the sentence that says so."""
+    weights = model_size(template)
+    if weights is None:
+        return False, "no model size in the spec to compare with"
+    name, gb = weights.name, weights.weights_gb
+    size = Decimal(str(gb)) * GB
+    if bound is not None and bound > 0:
+        share = size / bound
+        text = f"the model {name} (~{gb:.0f} GB of weights) is {share:.0%} of {what}"
+        return share >= Decimal("0.5"), text
+    text = f"the model {name} has ~{gb:.0f} GB of weights"
+    return gb >= _UNBOUNDED_EVIDENCE_GB, text
 
 
 def _verdict(
@@ -111,6 +156,7 @@ def _verdict(
     volume: Mapping[str, Any],
     mount: str,
     has_ephemeral_limit: bool,
+    bounds: Mapping[str, Decimal | None],
 ) -> Result:
     empty_dir = as_mapping(volume.get("emptyDir"))
     name = str(volume.get("name", ""))
@@ -131,27 +177,47 @@ def _verdict(
         "suggested": "16Gi" if memory else "200Gi",
     }
     if memory:
-        what = "shared memory" if mount == SHM else "RAM-backed model cache"
+        if mount == SHM:
+            return failed(
+                template,
+                f"shared memory emptyDir {name} at {mount} has no sizeLimit: sized to node "
+                "memory and charged to the container's memory limit",
+                path=path,
+                severity=Severity.LOW,
+                fix=fix,
+            )
+        evidenced, why = _weight_evidence(template, bounds["memory"], "the memory that bounds it")
         return failed(
             template,
-            f"{what} emptyDir {name} at {mount} has no sizeLimit: sized to node memory and "
-            "charged to the container's memory limit",
+            f"RAM-backed model cache emptyDir {name} at {mount} has no sizeLimit: sized to "
+            f"node memory and charged to the container's memory limit; {why}",
             path=path,
-            severity=Severity.LOW if mount == SHM else None,
+            severity=Severity.MEDIUM if evidenced else Severity.LOW,
             fix=fix,
         )
+    evidenced, why = _weight_evidence(
+        template, bounds["disk"], "the smallest GPU node's allocatable ephemeral storage"
+    )
     return failed(
         template,
         f"disk-backed model cache emptyDir {name} at {mount} has no sizeLimit and no "
-        "container has an ephemeral-storage limit",
+        f"container has an ephemeral-storage limit; {why}",
         path=path,
+        severity=Severity.MEDIUM if evidenced else Severity.LOW,
         fix=fix,
     )
+
+
+# Images whose own environment points the model cache somewhere: TGI (and the Hugging Face
+# containers that package it) sets HUGGINGFACE_HUB_CACHE=/data in its Dockerfile.
+_IMAGE_CACHE_DIRS = (("text-generation-inference", "/data"), ("tgi-inference", "/data"))
 
 
 def _cache_env_paths(template: PodTemplate) -> list[str]:
     paths = []
     for container in template.containers():
+        repository = image_registry_and_path(container.image)[1]
+        paths += [d for part, d in _IMAGE_CACHE_DIRS if part in repository]
         for key in CACHE_ENV:
             value = as_mapping(container.env().get(key)).get("value")
             if isinstance(value, str) and value.startswith("/"):

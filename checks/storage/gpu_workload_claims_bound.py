@@ -1,29 +1,24 @@
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterator
 
 from gpu_audit.api import (
     WORKLOAD_TYPES,
     Category,
     FixKind,
-    PodTemplate,
     Resource,
     Result,
     Severity,
     Snapshot,
-    as_list,
-    as_mapping,
     check,
     event_note,
     event_regarding,
     event_time,
     failed,
     passed,
-    pod_templates,
 )
 
-from ._common import claim_storage_class
+from ._common import claim_consumers, claim_storage_class
 
 
 @check(
@@ -47,6 +42,10 @@ from ._common import claim_storage_class
         scheduled) and manifests without status. Claim age is not judged: checks have no clock,
         so a claim created seconds ago is reported too.
     """,
+    severity_evidence="""
+        High when a GPU pod template mounts the Pending claim (the GPU work cannot start);
+        low when only CPU workloads, or none in the input, use it.
+    """,
     remediation="""
         kubectl -n $namespace describe persistentvolumeclaim $name
     """,
@@ -57,7 +56,7 @@ from ._common import claim_storage_class
     ),
 )
 def gpu_workload_claims_bound(snapshot: Snapshot) -> Iterator[Result]:
-    consumers = _consumers(snapshot)
+    consumers = claim_consumers(snapshot)
     for pvc in snapshot.of("PersistentVolumeClaim"):
         phase = pvc.status.get("phase")
         if not phase:
@@ -85,16 +84,6 @@ def gpu_workload_claims_bound(snapshot: Snapshot) -> Iterator[Result]:
             path="status.phase",
             severity=None if gpu else Severity.LOW,
         )
-
-
-def _consumers(snapshot: Snapshot) -> dict[tuple[str, str], list[PodTemplate]]:
-    found: dict[tuple[str, str], list[PodTemplate]] = defaultdict(list)
-    for template in pod_templates(snapshot):
-        for volume in map(as_mapping, as_list(template.spec.get("volumes"))):
-            claim = as_mapping(volume.get("persistentVolumeClaim")).get("claimName")
-            if claim:
-                found[(template.owner.ref.namespace, str(claim))].append(template)
-    return found
 
 
 def _reason(snapshot: Snapshot, pvc: Resource, sc: Resource | None) -> str:

@@ -17,7 +17,7 @@ from gpu_audit.api import (
     str_map,
 )
 
-from ._common import RWX_FILESYSTEM, SINGLE_NODE, claim_driver
+from ._common import RWX_FILESYSTEM, SINGLE_NODE, claim_consumers, claim_driver
 
 
 @check(
@@ -41,6 +41,11 @@ from ._common import RWX_FILESYSTEM, SINGLE_NODE, claim_driver
         a multi-attach-capable class (EBS io1/io2, Azure Disk maxShares > 1, GCE PD). Not
         evaluated: drivers in neither list, claims whose class is not in the input, and
         storageClassName "" claims without a PV. ReadOnlyMany is not this check.
+    """,
+    severity_evidence="""
+        High when a GPU pod template mounts the claim (its pods hang unprovisioned or in
+        Multi-Attach errors while their GPUs sit idle); medium when no workload in the input
+        mounts it (the claim is broken, its user unknown); low when only CPU workloads do.
     """,
     remediation="""
         # $kind $namespace/$name: RWX is requested from $driver; use a shared file system.
@@ -76,6 +81,7 @@ from ._common import RWX_FILESYSTEM, SINGLE_NODE, claim_driver
     ),
 )
 def shared_claims_use_rwx_capable_drivers(snapshot: Snapshot) -> Iterator[Result]:
+    consumers = claim_consumers(snapshot)
     for pvc in snapshot.of("PersistentVolumeClaim"):
         if "ReadWriteMany" not in [str(m) for m in as_list(pvc.spec.get("accessModes"))]:
             continue
@@ -88,10 +94,20 @@ def shared_claims_use_rwx_capable_drivers(snapshot: Snapshot) -> Iterator[Result
                 continue
             requests = as_mapping(as_mapping(pvc.spec.get("resources")).get("requests"))
             storage = str(requests.get("storage", "100Gi"))
+            users = consumers.get((pvc.ref.namespace, pvc.ref.name), [])
+            gpu = sorted({str(t.owner.ref) for t in users if t.requests_gpu})
+            if gpu:
+                severity, who = Severity.HIGH, f"; GPU workloads mount it: {', '.join(gpu[:3])}"
+            elif users:
+                severity, who = Severity.LOW, "; only CPU workloads mount it"
+            else:
+                severity, who = Severity.MEDIUM, "; no workload in the input mounts it"
             yield failed(
                 pvc,
-                f"ReadWriteMany requested from {driver}, which provides single-node volumes only",
+                f"ReadWriteMany requested from {driver}, which provides single-node volumes "
+                f"only{who}",
                 path="spec.accessModes",
+                severity=severity,
                 fix={"driver": driver, "storage": storage},
             )
 

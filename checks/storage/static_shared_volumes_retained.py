@@ -33,7 +33,7 @@ SHARED_FS_DRIVERS = frozenset(
     id="GPU-STO-002",
     title="Statically provisioned FSx, EFS and other shared file-system PVs use reclaim policy Retain",
     category=Category.STORAGE,
-    severity=Severity.CRITICAL,
+    severity=Severity.HIGH,
     requires=("PersistentVolume",),
     rationale="""
         A static PV points at a file system Kubernetes did not create: the shared dataset or
@@ -46,10 +46,16 @@ SHARED_FS_DRIVERS = frozenset(
     detection="""
         PersistentVolumes of the FSx, EFS, Azure Files, Filestore and NFS CSI drivers that are
         static: no pv.kubernetes.io/provisioned-by annotation, or a name that is not the
-        provisioner's pvc-<uid>. Delete fails as critical, Recycle as medium; an unset policy
-        is Retain for manually created PVs. Not flagged: dynamically provisioned PVs (pvc-*
-        with provisioned-by, including EFS access points), whose Delete is the StorageClass's
+        provisioner's pvc-<uid>. Delete and Recycle fail; an unset policy is Retain for
+        manually created PVs. Not flagged: dynamically provisioned PVs (pvc-* with
+        provisioned-by, including EFS access points), whose Delete is the StorageClass's
         intended lifecycle.
+    """,
+    severity_evidence="""
+        Delete is high: deleting the claim, a routine cleanup, can delete the shared dataset
+        or checkpoint store; critical when the PV is already Released (its claim is gone, the
+        deleter acts on it now). Recycle is low: CSI drivers do not support it, so the PV
+        only ends up Failed and needs a manual fix; no data is lost.
     """,
     remediation="""
         kubectl patch pv $name -p '{"spec":{"persistentVolumeReclaimPolicy":"Retain"}}'
@@ -69,18 +75,22 @@ def static_shared_volumes_retained(snapshot: Snapshot) -> Iterator[Result]:
         policy = str(pv.spec.get("persistentVolumeReclaimPolicy") or "Retain")
         path = "spec.persistentVolumeReclaimPolicy"
         if policy == "Delete":
+            released = pv.status.get("phase") == "Released"
+            handle = as_mapping(pv.spec.get("csi")).get("volumeHandle", "")
             yield failed(
                 pv,
                 f"static {driver} PV has reclaim policy Delete: deleting its claim can delete "
-                f"the file system {as_mapping(pv.spec.get('csi')).get('volumeHandle', '')!s}",
+                f"the file system {handle!s}"
+                + ("; its claim is already gone (Released)" if released else ""),
                 path=path,
+                severity=Severity.CRITICAL if released else Severity.HIGH,
             )
         elif policy == "Recycle":
             yield failed(
                 pv,
                 f"static {driver} PV has reclaim policy Recycle, deprecated and unsupported by CSI",
                 path=path,
-                severity=Severity.MEDIUM,
+                severity=Severity.LOW,
             )
         else:
             yield passed(pv, f"static {driver} PV keeps the file system (reclaim policy {policy})")

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from gpu_audit.api import (
     Category,
@@ -15,6 +15,8 @@ from gpu_audit.api import (
     passed,
     str_map,
 )
+
+from ._common import claim_storage_class
 
 FSX = "fsx.csi.aws.com"
 EFS = "efs.csi.aws.com"
@@ -74,6 +76,12 @@ Problem = tuple[str, Severity, tuple[str, ...]]
         dnsname/mountname (low); fileSystemId with provisioningMode efs-ap is valid. Other
         drivers: volumeHandle (low). Keys prefixed csi.storage.k8s.io/ are always allowed.
     """,
+    severity_evidence="""
+        Each problem has the severity of what it does to the claims of the class (static-volume
+        keys in an FSx class: high, a failing CreateFileSystem: medium, keys a driver ignores:
+        low). When the input holds PersistentVolumeClaims and none provisions from the class
+        (by name, or as the default class), every problem is low: no claim waits on it yet.
+    """,
     remediation="""
         # $kind $name: $problem
         # StorageClass parameters are immutable: `replace --force` deletes the class and
@@ -116,6 +124,7 @@ Problem = tuple[str, Severity, tuple[str, ...]]
 def storage_class_parameters_valid_for_dynamic_provisioning(
     snapshot: Snapshot,
 ) -> Iterator[Result]:
+    unused = _used_classes(snapshot)
     for sc in snapshot.of("StorageClass"):
         provisioner = str(sc.raw.get("provisioner", ""))
         params = {
@@ -133,7 +142,20 @@ def storage_class_parameters_valid_for_dynamic_provisioning(
             problems = _static_keys(params, {"volumehandle"}, "a PersistentVolume field")
         else:
             continue
+        if problems and unused(sc):
+            problems = [
+                (f"{text} (no claim in the input uses this class)", Severity.LOW, keys)
+                for text, _, keys in problems
+            ]
         yield from _results(sc, provisioner, params, problems)
+
+
+def _used_classes(snapshot: Snapshot) -> Callable[[Resource], bool]:
+    """A test of whether the input shows that no claim provisions from a class: claims are in
+    the input and none names it, or takes it as the default."""
+    claims = snapshot.of("PersistentVolumeClaim")
+    used = {sc.ref.name for pvc in claims if (sc := claim_storage_class(snapshot, pvc)) is not None}
+    return lambda sc: bool(claims) and sc.ref.name not in used
 
 
 def _results(

@@ -3,6 +3,7 @@ volumes. The GPU-stack allowlist and image references come from `gpu_audit.api`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
@@ -14,6 +15,18 @@ from gpu_audit.api import (
     as_list,
     as_mapping,
 )
+
+# CUDA/ML images: their CUDA runtime changes with the tag, and a container running one is
+# expected to use a GPU (CPU helpers in GPU pods pull the same images).
+CUDA_IMAGE = re.compile(
+    r"(nvidia/cuda|nvcr\.io/nvidia/|pytorch/pytorch|tensorflow/tensorflow:.*gpu|"
+    r"vllm/vllm-openai|huggingface/text-generation-inference|ghcr\.io/huggingface/|"
+    r"lmsysorg/sglang|rocm/)"
+)
+
+
+def is_cuda_image(image: str) -> bool:
+    return bool(CUDA_IMAGE.search(image.lower()))
 
 
 def gpu_count(container: Container) -> Decimal:

@@ -27,6 +27,8 @@ from gpu_audit.checks.workloads._common import (
 
 # Capabilities that let a container mknod or mount its way to every GPU device node.
 _DANGEROUS_CAPS = frozenset({"SYS_ADMIN", "ALL"})
+# Custom resources of the GPU Operator that own its operand DaemonSets.
+_OPERATOR_OWNERS = frozenset({"ClusterPolicy", "NVIDIADriver"})
 
 
 @check(
@@ -47,8 +49,16 @@ _DANGEROUS_CAPS = frozenset({"SYS_ADMIN", "ALL"})
         tolerate the nvidia.com/gpu taint, or select nodes by an nvidia.com/gpu* label:
         privileged: true fails high; capabilities.add SYS_ADMIN or ALL, or a hostPath mount of
         /dev, /dev/nvidia* or /dev/dri, fail medium. The GPU stack's own node agents
-        (DaemonSets built only from NVIDIA operand images) are not evaluated, nor are pods
-        that only tolerate every taint (CNI, CSI and kube-proxy DaemonSets).
+        (DaemonSets built only from NVIDIA operand images, and DaemonSets the GPU Operator owns
+        through its ClusterPolicy or NVIDIADriver, whatever registry their images come from)
+        are not evaluated, nor are pods that only tolerate every taint (CNI, CSI and
+        kube-proxy DaemonSets).
+    """,
+    severity_evidence="""
+        High for a privileged container: the spec alone gives it every GPU device of the node
+        next to the pods they are allocated to. Medium for SYS_ADMIN/ALL or a host device
+        mount, which need a further step (mknod, mount) to reach the GPUs. The operator's own
+        privileged operands are by design and not reported.
     """,
     remediation="""
         # $kind $namespace/$name, container $container
@@ -74,8 +84,21 @@ def gpu_containers_not_privileged(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):
         if not _targets_gpus(template) or is_gpu_stack_node_agent(template):
             continue
+        if _operator_owned_daemonset(template):
+            continue
         for container in template.containers():
             yield _judge(template, container)
+
+
+def _operator_owned_daemonset(template: PodTemplate) -> bool:
+    """A DaemonSet the GPU Operator created for its ClusterPolicy or NVIDIADriver: its
+    privileges are the operand's (driver, toolkit), whichever mirror its images come from."""
+    owner = template.owner
+    return owner.ref.kind == "DaemonSet" and any(
+        str(ref.get("kind", "")) in _OPERATOR_OWNERS
+        and str(ref.get("apiVersion", "")).startswith("nvidia.com/")
+        for ref in map(as_mapping, as_list(owner.metadata.get("ownerReferences")))
+    )
 
 
 def _targets_gpus(template: PodTemplate) -> bool:

@@ -1,4 +1,5 @@
 import re
+from collections import defaultdict
 from collections.abc import Iterator
 
 from gpu_audit.api import (
@@ -6,35 +7,40 @@ from gpu_audit.api import (
     Category,
     Container,
     FixKind,
+    ObjRef,
     Result,
     Severity,
     Snapshot,
+    as_list,
+    as_mapping,
     check,
     failed,
     image_repository,
     image_tag,
     is_gpu_stack_image,
     passed,
+    pod_is_active,
     pod_templates,
+    top_owner,
 )
+from gpu_audit.checks.workloads._common import is_cuda_image
 
-# CUDA/ML images whose CUDA runtime changes with the tag, whether or not the container asks
-# for a GPU itself (CPU helpers in GPU pods pull the same images).
-_GPU_IMAGE = re.compile(
-    r"(nvidia/cuda|nvcr\.io/nvidia/|pytorch/pytorch|tensorflow/tensorflow:.*gpu|"
-    r"vllm/vllm-openai|huggingface/text-generation-inference|ghcr\.io/huggingface/|"
-    r"lmsysorg/sglang|rocm/)"
-)
 _FLOATING = frozenset(
     {"latest", "nightly", "main", "master", "dev", "develop", "stable", "edge", "rolling"}
 )
+# Template placeholders that a renderer (Helm, envsubst, kustomize, a CI job) replaces before
+# the manifest reaches a cluster: $IMAGE, ${IMAGE}, $(IMAGE), {{ .Values.image }}, <image>.
+_PLACEHOLDER = re.compile(r"\$[{(]?[A-Za-z_]|\{\{|\}\}|<[^<>]*>|%\{")
+# A CUDA release named in the reference (repository or tag): cuda12.4, cuda-12.4.1, cu121,
+# cu118. A major version alone (cuda12) still moves between minor releases.
+_CUDA_PIN = re.compile(r"(?<![a-z0-9])(cuda[-_]?\d{2}\.\d+|cu\d{3,4})(?![0-9])")
 
 
 @check(
     id="GPU-WL-006",
     title="CUDA and ML images are pinned to an explicit version, never latest or untagged",
     category=Category.WORKLOADS,
-    severity=Severity.MEDIUM,
+    severity=Severity.LOW,
     requires=(WORKLOAD_TYPES,),
     rationale="""
         A floating tag silently changes the CUDA runtime between pod restarts, so a
@@ -47,9 +53,21 @@ _FLOATING = frozenset(
         Containers that ask for GPUs or run a CUDA/ML image (nvidia/cuda, nvcr.io/nvidia/*,
         pytorch/pytorch, tensorflow GPU tags, vLLM, TGI, SGLang, ROCm). A digest passes; no tag
         or latest fails (high for nvidia/cuda, whose latest tag no longer resolves); floating
-        tags (nightly, main, dev, stable, edge, latest-*) fail medium; version tags pass. Images
-        of the GPU stack (operator, device plugin, DCGM...) are versioned by the operator and
-        skipped. The CUDA-versus-driver comparison with GFD labels is not made.
+        tags (nightly, main, dev, stable, edge, latest-*) fail; version tags pass. A
+        reference whose repository or tag already names the CUDA release (cuda12.4, cu121;
+        NGC YY.MM tags are version tags) passes: the CUDA runtime cannot drift. Template
+        placeholders ($IMAGE_URL, ${TAG}, {{ .Values.image }}, <image>) are not values and are
+        not evaluated. Images of the GPU stack (operator, device plugin, DCGM...) are
+        versioned by the operator and skipped. The CUDA-versus-driver comparison with GFD
+        labels is not made.
+    """,
+    severity_evidence="""
+        Critical for nvidia/cuda without a tag or on latest in a GPU pod (NVIDIA removed the
+        latest tag: every pull fails with "manifest unknown", high in a pod without GPUs).
+        Medium when the workload's pods in the input already run different image digests
+        (status imageID) of the same floating reference: the drift has happened. Otherwise a
+        floating or missing tag is low: nothing shows that the next build needs a newer
+        driver than the nodes have.
     """,
     remediation="""
         # $kind $namespace/$name, container $container
@@ -60,6 +78,7 @@ _FLOATING = frozenset(
     """,
     fix_kind=FixKind.PATCH,
     references=(
+        "https://github.com/NVIDIA/nvidia-docker/issues/1454",
         "https://github.com/JuliaContainerization/SimpleContainerGenerator.jl/pull/95",
         "https://github.com/lightgbm-org/LightGBM/issues/6520",
         "https://kubernetes.io/docs/concepts/containers/images/#image-names",
@@ -67,16 +86,41 @@ _FLOATING = frozenset(
     remediation_root="pod_spec",
 )
 def gpu_images_pinned_to_a_version(snapshot: Snapshot) -> Iterator[Result]:
+    digests = _running_digests(snapshot)
     for template in pod_templates(snapshot):
         for container in template.containers():
             image = container.image
-            if not image or is_gpu_stack_image(image):
+            if not image or is_gpu_stack_image(image) or _PLACEHOLDER.search(image):
                 continue
-            if container.gpu_resource_names() or _GPU_IMAGE.search(image.lower()):
-                yield _judge(container)
+            if container.gpu_resource_names() or is_cuda_image(image):
+                seen = digests.get((template.owner.ref, container.name, image), set())
+                yield _judge(container, seen)
 
 
-def _judge(container: Container) -> Result:
+def _running_digests(snapshot: Snapshot) -> dict[tuple[ObjRef, str, str], set[str]]:
+    """The image digests (status imageID) the active pods of each workload run, by top-most
+    owner, container name and image reference."""
+    found: dict[tuple[ObjRef, str, str], set[str]] = defaultdict(set)
+    for pod in snapshot.of("Pod"):
+        if not pod_is_active(pod):
+            continue
+        owner = top_owner(snapshot, pod).ref
+        images = {
+            str(c.get("name", "")): str(c.get("image", ""))
+            for key in ("containers", "initContainers")
+            for c in map(as_mapping, as_list(pod.spec.get(key)))
+        }
+        for key in ("containerStatuses", "initContainerStatuses"):
+            for status in map(as_mapping, as_list(pod.status.get(key))):
+                name = str(status.get("name", ""))
+                image_id = str(status.get("imageID") or "")
+                if "@sha256:" in image_id and name in images:
+                    digest = image_id.rsplit("@", 1)[1]
+                    found[(owner, name, images[name])].add(digest)
+    return found
+
+
+def _judge(container: Container, digests: set[str]) -> Result:
     image = container.image
     path = f"{container.path}.image"
     if "@sha256:" in image:
@@ -89,25 +133,51 @@ def _judge(container: Container) -> Result:
         "repository": repository,
         "example": _example(repository),
     }
-    if tag is None or tag == "latest":
-        cuda = repository.endswith("nvidia/cuda")
-        reason = (
-            "NVIDIA removed the latest tag, so it no longer pulls"
-            if cuda
-            else "the next pull may bring a different CUDA runtime"
-        )
+    cuda = repository.endswith("nvidia/cuda")
+    floating = (
+        tag is None
+        or tag in _FLOATING
+        or tag.startswith("latest-")
+        or tag.endswith(("-latest", "-nightly"))
+    )
+    if not floating:
+        return passed(container, f"pins {repository} to version tag {tag!r}", path=path)
+    what = "no tag" if tag is None else f"the floating tag {tag!r}"
+    if cuda and tag in (None, "latest"):
+        gpu_pod = container.template.requests_gpu
         return failed(
             container,
-            f"uses {image} ({'no tag' if tag is None else 'latest'}): {reason}",
+            f"uses {image} ({tag or 'no tag'}): NVIDIA removed the latest tag, so it no "
+            "longer pulls" + (" and the GPU pod never starts" if gpu_pod else ""),
             path=path,
-            severity=Severity.HIGH if cuda else None,
+            severity=Severity.CRITICAL if gpu_pod else Severity.HIGH,
             fix=fix,
         )
-    if tag in _FLOATING or tag.startswith("latest-") or tag.endswith(("-latest", "-nightly")):
-        return failed(
-            container, f"uses the floating tag {tag!r} of {repository}", path=path, fix=fix
+    pinned = _CUDA_PIN.search(image.lower())
+    if pinned:
+        return passed(
+            container,
+            f"uses {what} of {repository}, but the reference pins CUDA ({pinned.group(1)}): "
+            "the CUDA runtime cannot drift under the node's driver",
+            path=path,
         )
-    return passed(container, f"pins {repository} to version tag {tag!r}", path=path)
+    if len(digests) > 1:
+        return failed(
+            container,
+            f"uses {what} of {repository} and its pods already run {len(digests)} different "
+            "builds of it: replicas differ in CUDA runtime and framework version",
+            path=path,
+            severity=Severity.MEDIUM,
+            fix=fix,
+        )
+    return failed(
+        container,
+        f"uses {what} of {repository}: the next pull may bring a different CUDA runtime "
+        "(nothing in the input shows that it has drifted yet)",
+        path=path,
+        severity=Severity.LOW,
+        fix=fix,
+    )
 
 
 def _example(repository: str) -> str:

@@ -27,15 +27,23 @@ from gpu_audit.api import (
     requires=(WORKLOAD_TYPES,),
     rationale="""
         GPUs are an extended resource: the API server accepts only integers, requires a limit,
-        and requires the request to equal the limit when both are given. Anything else is
-        rejected at admission; for controllers the error shows up only as a FailedCreate event,
-        so the Deployment or Job silently never gets a pod.
+        and requires the request to equal the limit when both are given. Anything else fails
+        validation: a Pod, Deployment, Job or CronJob is refused outright (its pod template is
+        validated as a pod spec), and a training job's custom resource (PyTorchJob, MPIJob,
+        Volcano Job) is accepted but every pod its operator creates is rejected, visible only
+        as events, so the job silently never gets a pod.
     """,
     detection="""
         Every container and init container of every pod template: each extended resource
         (domain-prefixed, outside kubernetes.io) whose request or limit is not a whole-number
         quantity, has a request without a limit, or a request different from the limit.
         Quantities are compared as Kubernetes quantities, so 1, "1" and 1000m are equal.
+    """,
+    severity_evidence="""
+        The spec is the evidence: the API server refuses the object, or every pod a training
+        operator creates from it ("must be an integer", "Limit must be set for non
+        overcommitable resources", "must be equal to ... limit"), so the workload never runs.
+        Always high, whatever the cluster.
     """,
     remediation="""
         # $kind $namespace/$name, container $container
@@ -53,6 +61,7 @@ from gpu_audit.api import (
     references=(
         "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",
         "https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/#extended-resources",
+        "https://github.com/kubernetes/kubernetes/blob/master/pkg/apis/core/validation/validation.go",
     ),
     remediation_root="pod_spec",
 )

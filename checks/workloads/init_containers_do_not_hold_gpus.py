@@ -17,6 +17,7 @@ from gpu_audit.api import (
     is_gpu_stack_image,
     passed,
 )
+from gpu_audit.checks.workloads._common import is_cuda_image
 
 
 @check(
@@ -35,10 +36,18 @@ from gpu_audit.api import (
     detection="""
         Per GPU pod template and GPU resource: a regular init container asking for more than
         the app containers plus sidecars fails (high when the app containers ask for none);
-        a native sidecar (init container with restartPolicy Always) asking for GPUs fails
-        medium. Init containers asking for no more than the app containers pass: their
-        devices are handed on to the app containers. Pods made only of GPU-stack images (the
-        operator's CUDA validators) are skipped.
+        a native sidecar (init container with restartPolicy Always) asking for GPUs fails.
+        Init containers asking for no more than the app containers pass: their devices are
+        handed on to the app containers. Pods made only of GPU-stack images (the operator's
+        CUDA validators) are skipped.
+    """,
+    severity_evidence="""
+        The arithmetic of the spec is the evidence: GPUs an init container asks for beyond the
+        app containers stay reserved and idle for the pod's life (medium), and all of them
+        when the app containers ask for none (high: the workload holds GPUs it never gets to
+        use). A native sidecar with GPUs is medium when its image is not a CUDA/ML image (a
+        log shipper or proxy given a GPU by mistake), low when it is one: it may well use its
+        GPU alongside the app.
     """,
     remediation="""
         # $kind $namespace/$name: $container should not ask for $resource
@@ -82,11 +91,18 @@ def _judge(template: PodTemplate, resource: str) -> Iterator[Result]:
     problems = False
     for sidecar in (c for c in sidecars if _amount(c, resource) > 0):
         problems = True
+        uses_cuda = is_cuda_image(sidecar.image)
+        note = (
+            f"; its image {sidecar.image} may use it, check that it must"
+            if uses_cuda
+            else f"; nothing in its image {sidecar.image} uses a GPU"
+        )
         yield failed(
             sidecar,
             f"is a sidecar asking for {format_quantity(_amount(sidecar, resource))} {resource}, "
-            "held for the pod's whole life on top of the app containers'",
+            f"held for the pod's whole life on top of the app containers'{note}",
             path=f"{sidecar.path}.resources",
+            severity=Severity.LOW if uses_cuda else Severity.MEDIUM,
             fix=_fix(sidecar, app_name, resource, app_gpus),
         )
     for init in inits:

@@ -68,6 +68,14 @@ _VOID = """\
         Images that bake the variable in (CUDA base images) are not visible in the manifest
         and are not flagged.
     """,
+    severity_evidence="""
+        The cluster's runtime configuration is the evidence. High for a container without a
+        GPU request that names GPUs, unless the toolkit ignores the variable for unprivileged
+        containers (ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED=false with a
+        volume-mounts or CDI device list, or Bottlerocket nodes), which lowers it to low; a
+        privileged container stays high. A GPU container hard-coding the variable is medium,
+        low in such a cluster.
+    """,
     remediation="""
         # $kind $namespace/$name, container $container
         $section:
@@ -127,11 +135,18 @@ def _judge(snapshot: Snapshot, container: Container, mitigated: bool) -> Iterato
     if value is None:
         return  # from a Secret, a field ref or an absent ConfigMap: unknown
     if has_gpu:
+        ignored = mitigated and not is_privileged(container)
         yield failed(
             container,
-            f"requests GPUs but hard-codes {VARIABLE}={value!r}; the device plugin's value "
-            "may not win and the container can see more GPUs than it was allocated",
-            severity=Severity.MEDIUM,
+            f"requests GPUs but hard-codes {VARIABLE}={value!r}; "
+            + (
+                "the cluster ignores it for unprivileged containers and mounts the allocated "
+                "devices instead"
+                if ignored
+                else "the device plugin's value may not win and the container can see more "
+                "GPUs than it was allocated"
+            ),
+            severity=Severity.LOW if ignored else Severity.MEDIUM,
             fix={"section": _section(container), "container": container.name, "snippet": _REMOVE},
         )
     elif value.strip().lower() in NO_GPU_VALUES:

@@ -1,5 +1,7 @@
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from gpu_audit.api import (
@@ -11,13 +13,17 @@ from gpu_audit.api import (
     Result,
     Severity,
     Snapshot,
+    argv,
     as_list,
     as_mapping,
     check,
     failed,
+    format_quantity,
     gpu_pod_templates,
     image_repository,
     passed,
+    replica_groups,
+    templates_of,
 )
 from gpu_audit.checks.workloads._common import (
     gpu_count,
@@ -36,6 +42,59 @@ _TORCH_COMMAND = re.compile(
 )
 # Distributed training kinds: every replica runs NCCL ranks.
 _DISTRIBUTED_KINDS = frozenset({"PyTorchJob.kubeflow.org", "MPIJob.kubeflow.org"})
+# Job kinds whose pods together make one job (replica_groups counts their pods).
+_MULTI_POD_KINDS = frozenset(
+    {"PyTorchJob.kubeflow.org", "MPIJob.kubeflow.org", "Job.batch.volcano.sh", "Job"}
+)
+
+# Command-line options that start more than one GPU process in the pod, by what they start.
+# Tensor/pipeline parallel model servers also pass tensors through torch shared memory
+# (vLLM's docs: "particularly for tensor parallel inference"), not only through NCCL.
+_PARALLEL_OPTIONS = (
+    "--tensor-parallel-size",
+    "--tensor_parallel_size",
+    "-tp",
+    "--tp",
+    "--tp-size",
+    "--tp_size",
+    "--pipeline-parallel-size",
+    "--pipeline_parallel_size",
+    "-pp",
+)
+_PROCESS_OPTIONS = (
+    "--nproc_per_node",
+    "--nproc-per-node",
+    "--num-shard",
+    "--num_shard",
+    "--num_gpus",
+    "--num-gpus",
+    "--num_processes",
+    "--num-processes",
+)
+_NNODES = re.compile(r"(?:^|\s)--nnodes(?:=|\s+)['\"]?(\d+)(?::(\d+))?")
+# What shows that a multi-pod job talks NCCL: the NCCL library named on the command line or in
+# the image (nccl-tests), launchers of GPU data-parallel training, Horovod.
+_NCCL_WORDS = re.compile(
+    r"(nccl|torchrun|torch\.distributed\.(run|launch)|deepspeed|accelerate\s+launch|horovod|"
+    r"megatron|nemo|_perf\b)",
+    re.IGNORECASE,
+)
+
+
+def _option_value(command: str, options: tuple[str, ...]) -> int:
+    """The largest integer given to any of `options` on the command line (0 when absent)."""
+    names = "|".join(re.escape(o) for o in options)
+    found = re.findall(rf"(?:^|\s)(?:{names})(?:=|\s+)['\"]?(\d+)", command)
+    return max((int(v) for v in found), default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What in the pod template shows that something uses more than 64 MiB of /dev/shm."""
+
+    severity: Severity
+    reason: str
+    parallel_server: bool = False  # tensor/pipeline parallel: torch shm, with or without NCCL
 
 
 @check(
@@ -45,22 +104,34 @@ _DISTRIBUTED_KINDS = frozenset({"PyTorchJob.kubeflow.org", "MPIJob.kubeflow.org"
     severity=Severity.MEDIUM,
     requires=(WORKLOAD_TYPES,),
     rationale="""
-        A container gets a 64 MiB /dev/shm from the runtime. PyTorch DataLoader workers then
-        die with "Bus error ... insufficient shared memory (shm)", and NCCL >= 2.7 fails with
-        "posix_fallocate failed: No space left on device" when ranks on one node use its SHM
-        transport. Kubernetes has no --shm-size: the fix is an emptyDir with medium: Memory
-        mounted at /dev/shm.
+        A container gets a 64 MiB /dev/shm from the runtime. NCCL >= 2.7 fails with
+        "posix_fallocate failed: No space left on device" / "Error while creating shared memory
+        segment" when ranks on one node use its SHM transport, and tensor-parallel model
+        servers (vLLM) pass tensors between their GPU processes through it; PyTorch DataLoader
+        workers with large batches die with "Bus error ... insufficient shared memory (shm)".
+        Kubernetes has no --shm-size: the fix is an emptyDir with medium: Memory mounted at
+        /dev/shm.
     """,
     detection="""
         GPU containers that are PyTorch/NCCL-like (image repository of PyTorch, NeMo,
         Megatron, DeepSpeed, vLLM, SGLang, TensorRT-LLM, Triton or NCCL; command or args with
         torchrun, torch.distributed, accelerate launch, deepspeed, vllm or sglang; any
-        container of a PyTorchJob or MPIJob) or that hold two or more GPUs. Passes when
+        container of a PyTorchJob or MPIJob) or whose pod holds two or more GPUs. Passes when
         /dev/shm is an emptyDir with medium: Memory, a hostPath, or the pod uses hostIPC;
-        fails when /dev/shm is missing (high for multi-GPU containers and distributed jobs) or
-        is a disk-backed emptyDir. NCCL_SHM_DISABLE=1 lowers the finding to info: NCCL then
-        avoids /dev/shm, only DataLoader workers still need it. Other single-GPU containers are
-        not evaluated. The sizeLimit of the volume is GPU-STO-004's concern.
+        fails when /dev/shm is missing or is a disk-backed emptyDir. Other single-GPU
+        containers are not evaluated. The sizeLimit of the volume is GPU-STO-004's concern.
+    """,
+    severity_evidence="""
+        High when the pod runs several GPU processes that share /dev/shm: two or more GPUs in
+        the pod, or a command line that starts more than one process (torchrun
+        --nproc_per_node, --tensor-parallel-size/--tp, --pipeline-parallel-size, TGI
+        --num-shard, deepspeed --num_gpus, accelerate --num_processes > 1); medium for a
+        multi-pod NCCL job (a PyTorchJob, MPIJob, Volcano or batch Job with more than one GPU
+        pod, or torchrun --nnodes > 1, whose command, image or NCCL_* environment shows NCCL,
+        torchrun, DeepSpeed or Horovod). Otherwise low: one GPU and one process (a notebook, a
+        TP=1 vLLM, a single Triton model) shows no user of more than 64 MiB; DataLoader workers
+        and NCCL variables alone are not evidence. NCCL_SHM_DISABLE=1 lowers it to info except
+        for tensor/pipeline-parallel servers, which share tensors through torch shared memory.
     """,
     remediation="""
         # $kind $namespace/$name, container $container: memory-backed /dev/shm
@@ -79,6 +150,9 @@ _DISTRIBUTED_KINDS = frozenset({"PyTorchJob.kubeflow.org", "MPIJob.kubeflow.org"
     references=(
         "https://kubernetes.io/docs/concepts/storage/volumes/#emptydir",
         "https://github.com/NVIDIA/nccl/issues/525",
+        "https://github.com/NVIDIA/nccl/issues/342",
+        "https://github.com/pytorch/torchtitan/issues/853",
+        "https://docs.vllm.ai/en/v0.4.2/serving/deploying_with_docker.html",
         "https://github.com/pytorch/pytorch/issues/16979",
     ),
     remediation_root="pod_spec",
@@ -86,25 +160,89 @@ _DISTRIBUTED_KINDS = frozenset({"PyTorchJob.kubeflow.org", "MPIJob.kubeflow.org"
 def torch_pods_mount_memory_backed_dev_shm(snapshot: Snapshot) -> Iterator[Result]:
     for template in gpu_pod_templates(snapshot):
         distributed = template.owner.ref.kind in _DISTRIBUTED_KINDS
-        for container in template.gpu_containers():
-            if container.init and not container.is_sidecar:
-                continue  # init containers finish before the workload starts
-            multi_gpu = gpu_count(container) >= 2
-            if distributed or multi_gpu or _is_torch_like(container):
-                yield _verdict(template, container, high=distributed or multi_gpu)
+        evidence = _evidence(template)
+        apps = [c for c in template.gpu_containers() if not c.init or c.is_sidecar]
+        for container in apps:  # init containers finish before the workload starts
+            if distributed or evidence.severity is not Severity.LOW or _is_torch_like(container):
+                yield _verdict(template, container, evidence)
 
 
 def _is_torch_like(container: Container) -> bool:
     if _TORCH_IMAGE.search(image_repository(container.image)):
         return True
-    words = [
-        str(w)
-        for w in (*as_list(container.raw.get("command")), *as_list(container.raw.get("args")))
-    ]
-    return bool(_TORCH_COMMAND.search(" ".join(words)))
+    return bool(_TORCH_COMMAND.search(" ".join(argv(container))))
 
 
-def _verdict(template: PodTemplate, container: Container, *, high: bool) -> Result:
+def _running(template: PodTemplate) -> list[Container]:
+    """The containers that run alongside each other: app containers and native sidecars."""
+    return [c for c in template.containers() if not c.init or c.is_sidecar]
+
+
+def _evidence(template: PodTemplate) -> Evidence:
+    gpus = sum((gpu_count(c) for c in _running(template)), Decimal(0))
+    parallel, processes, starter = 0, 0, ""
+    for container in _running(template):
+        command = " ".join(argv(container))
+        parallel = max(parallel, _option_value(command, _PARALLEL_OPTIONS))
+        started = max(parallel, _option_value(command, _PROCESS_OPTIONS), _num_shard(container))
+        if started > processes:
+            processes, starter = started, container.name
+    if processes > 1:
+        return Evidence(
+            Severity.HIGH,
+            f"container {starter} starts {processes} GPU processes that share {SHM}",
+            parallel_server=parallel > 1,
+        )
+    if gpus >= 2:
+        return Evidence(
+            Severity.HIGH,
+            f"the pod holds {format_quantity(gpus)} GPUs, whose processes share {SHM}",
+        )
+    pods = _job_gpu_pods(template)
+    if pods > 1 and _speaks_nccl(template):
+        return Evidence(
+            Severity.MEDIUM,
+            f"{pods} GPU pods of one NCCL job; NCCL uses {SHM} for its intra-node transport",
+        )
+    return Evidence(
+        Severity.LOW,
+        "one GPU and one process: nothing here shows a user of more than 64 MiB of it "
+        "(only DataLoader workers with large batches would need more)",
+    )
+
+
+def _num_shard(container: Container) -> int:
+    """TGI's NUM_SHARD environment variable, the same as --num-shard."""
+    value = str(as_mapping(container.env().get("NUM_SHARD")).get("value", "")).strip()
+    return int(value) if value.isdigit() else 0
+
+
+def _job_gpu_pods(template: PodTemplate) -> int:
+    """How many GPU pods the template's job runs at once (0 for anything but a job), or the
+    fewest nodes torchrun is told to wait for (the minimum of an elastic min:max range)."""
+    owner = template.owner
+    pods = 0
+    if owner.ref.kind in _MULTI_POD_KINDS:
+        pods = sum(g.replicas for g in replica_groups(owner) if g.gpu)
+    for container in _running(template):
+        match = _NNODES.search(" ".join(argv(container)))
+        if match:
+            pods = max(pods, int(match.group(1)))
+    return pods
+
+
+def _speaks_nccl(template: PodTemplate) -> bool:
+    """Whether any pod of the job shows NCCL: its launcher (an MPIJob's Launcher holds the
+    mpirun line), image or NCCL_* environment."""
+    for sibling in templates_of(template.owner) or (template,):
+        for container in sibling.containers():
+            words = " ".join([container.image, *argv(container)])
+            if _NCCL_WORDS.search(words) or any(n.startswith("NCCL_") for n in container.env()):
+                return True
+    return False
+
+
+def _verdict(template: PodTemplate, container: Container, evidence: Evidence) -> Result:
     if template.spec.get("hostIPC") is True:
         return passed(container, "shares the host's IPC namespace and /dev/shm (hostIPC)")
     mount = _shm_mount(container)
@@ -121,10 +259,11 @@ def _verdict(template: PodTemplate, container: Container, *, high: bool) -> Resu
         problem = f"mounts volume {source['name']} at {SHM}, which is not a memory-backed emptyDir"
     else:
         problem = f"has the runtime's 64 MiB {SHM}: no memory-backed emptyDir is mounted there"
-    severity = Severity.HIGH if high else None
-    if _nccl_shm_disabled(container):
+    severity = evidence.severity
+    problem += f"; {evidence.reason}"
+    if _nccl_shm_disabled(container) and not evidence.parallel_server:
         severity = Severity.INFO
-        problem += "; NCCL_SHM_DISABLE=1 keeps NCCL off it, DataLoader workers still need it"
+        problem += "; NCCL_SHM_DISABLE=1 keeps NCCL off it, DataLoader workers still use it"
     return failed(container, problem, severity=severity, fix=fix)
 
 

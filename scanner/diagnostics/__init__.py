@@ -19,6 +19,10 @@ from gpu_audit.diagnostics.pending import (
 from gpu_audit.diagnostics.predicates import scheduling_context
 from gpu_audit.snapshot import Snapshot
 
+# DRA (resource.k8s.io): the devices drivers publish, the claims that hold them, the classes
+# and templates the Pending pods' claims name. A cluster that does not serve the API is not an
+# incomplete scan ("API not served").
+DRA_TYPES = ("ResourceSlice", "ResourceClaim", "ResourceClaimTemplate", "DeviceClass")
 # What the diagnostics read from a live cluster (PodGroup CRDs are optional).
 DIAGNOSTIC_TYPES = (
     "Node",
@@ -28,11 +32,12 @@ DIAGNOSTIC_TYPES = (
     "RuntimeClass",
     "PodGroup.scheduling.volcano.sh",
     "PodGroup.scheduling.x-k8s.io",
+    *DRA_TYPES,
 )
 REQUIRED_TYPES = ("Node", "Pod")
 # What a scan lists for its diagnostics section on top of what its checks read; the PodGroup
 # CRDs are left out there so that a cluster without Volcano is not an incomplete scan.
-SCAN_TYPES = ("Node", "Pod", "Namespace", "Event", "RuntimeClass")
+SCAN_TYPES = ("Node", "Pod", "Namespace", "Event", "RuntimeClass", *DRA_TYPES)
 
 __all__ = [
     "DIAGNOSTIC_TYPES",

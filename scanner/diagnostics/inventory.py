@@ -3,6 +3,9 @@
 Counts follow the scheduler (see fit.py): requested = the effective requests of bound,
 unfinished pods; idle = allocatable minus requested; the fragmentation columns say how many
 pods of 1, 2, 4 and 8 units of a GPU resource still fit on the ready, uncordoned nodes.
+GPUs the NVIDIA DRA driver publishes in ResourceSlices are rows of their own
+("gpu.nvidia.com/gpu (DRA)"): published devices as capacity and allocatable, devices allocated
+to ResourceClaims as requested (see dra.py).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from gpu_audit.diagnostics.dra import DRA_SUFFIX, dra_inventory, with_dra
 from gpu_audit.diagnostics.fit import (
     ZERO,
     ClusterUsage,
@@ -36,6 +40,7 @@ from gpu_audit.k8s.scheduling import (
     node_is_schedulable,
 )
 from gpu_audit.model import Resource
+from gpu_audit.redact import redact_tree
 from gpu_audit.snapshot import Snapshot
 
 FIT_SIZES = (1, 2, 4, 8)
@@ -113,11 +118,16 @@ class GpuInventory:
     finished_gpu_pods: tuple[str, ...]  # Succeeded/Failed pods that requested GPUs
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "pools": [p.as_dict() for p in self.pools],
-            "totals": [t.as_dict() for t in self.totals],
-            "finished_gpu_pods": list(self.finished_gpu_pods),
-        }
+        """The inventory as `inventory` and the report show it, through the redaction of
+        gpu_audit.redact (pool names and products are label values)."""
+        inventory: dict[str, Any] = redact_tree(
+            {
+                "pools": [p.as_dict() for p in self.pools],
+                "totals": [t.as_dict() for t in self.totals],
+                "finished_gpu_pods": list(self.finished_gpu_pods),
+            }
+        )
+        return inventory
 
 
 def pool_of(node: Resource) -> str:
@@ -172,7 +182,7 @@ def _gpu_resources(nodes: Iterable[NodeUsage]) -> list[str]:
     names: set[str] = set()
     for usage in nodes:
         for section in (usage.capacity, usage.allocatable, usage.requested):
-            names.update(n for n in section if is_gpu_resource(n))
+            names.update(n for n in section if is_gpu_resource(n) or n.endswith(DRA_SUFFIX))
     return sorted(names)
 
 
@@ -188,12 +198,17 @@ def _held(usage: ClusterUsage) -> dict[str, dict[str, Decimal]]:
 
 def build_inventory(snapshot: Snapshot, usage: ClusterUsage | None = None) -> GpuInventory:
     usage = usage or cluster_usage(snapshot)
+    dra = dra_inventory(snapshot)  # GPUs of the NVIDIA DRA driver, counted as resources
     groups: dict[tuple[str, str], list[NodeUsage]] = defaultdict(list)
     for node in snapshot.of("Node"):
-        if is_gpu_node(node):
-            key = (pool_of(node), node.labels.get(PRODUCT_LABEL) or "(unknown product)")
-            groups[key].append(usage.nodes[node.ref.name])
+        devices = dra.get(node.ref.name)
+        if is_gpu_node(node) or devices is not None:
+            product = node.labels.get(PRODUCT_LABEL) or (devices.product if devices else "")
+            key = (pool_of(node), product or "(unknown product)")
+            groups[key].append(with_dra(usage.nodes[node.ref.name], devices))
     held = _held(usage)
+    for name, devices in dra.items():
+        add_quantities(held.setdefault(name, {}), devices.held)
     pools = []
     for (pool, product), members in sorted(groups.items()):
         labels = [m.node.labels for m in members]

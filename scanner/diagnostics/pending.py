@@ -15,8 +15,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
+from gpu_audit.diagnostics.dra import node_verdict, pod_claims_state, wants_gpus
 from gpu_audit.diagnostics.fit import (
     ClusterUsage,
     as_number,
@@ -37,6 +39,7 @@ from gpu_audit.diagnostics.predicates import (
     spread_constraints,
 )
 from gpu_audit.errors import InputError
+from gpu_audit.k8s.dra import NVIDIA_GPU_DRIVER, node_devices
 from gpu_audit.k8s.events import event_count, event_note, event_regarding, event_time
 from gpu_audit.k8s.gpu_hosts import is_gpu_node
 from gpu_audit.k8s.gpu_resources import is_extended_resource
@@ -58,6 +61,7 @@ from gpu_audit.k8s.quantities import (
     quantities,
 )
 from gpu_audit.model import ObjRef, Resource
+from gpu_audit.redact import redact_tree
 from gpu_audit.snapshot import Snapshot
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -70,6 +74,12 @@ VOLCANO_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano
 COSCHEDULING_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
 _FIT_ERROR = re.compile(r"^0/(\d+) nodes are available:(.*)$", re.DOTALL)
 _HISTOGRAM_ITEM = re.compile(r"^(\d+) (.+)$")
+# What the DynamicResources plugin's PostFilter appends to the FitError after the histogram
+# (pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go, PostFilter).
+_DRA_POST_FILTER = re.compile(
+    r"(?<=\.) (?:still not schedulable|no new claims to deallocate"
+    r"|deallocation of ResourceClaim completed)$"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +162,12 @@ class PendingExplanation:
         return tuple(n.node for n in self.nodes if n.fits)
 
     def as_dict(self) -> dict[str, Any]:
+        """The explanation as `why-pending` and the report show it, through the redaction of
+        gpu_audit.redact (event messages and predicate details quote the cluster's data)."""
+        explanation: dict[str, Any] = redact_tree(self._fields())
+        return explanation
+
+    def _fields(self) -> dict[str, Any]:
         return {
             "pod": {"namespace": self.pod.namespace, "name": self.pod.name},
             "template": self.template.as_dict() if self.template else None,
@@ -404,7 +420,8 @@ def parse_fit_error(message: str) -> tuple[int, dict[str, int], list[str]] | Non
     match = _FIT_ERROR.match(message.strip())
     if not match:
         return None
-    body = match.group(2).split(" preemption: ", 1)[0].strip().rstrip(".")
+    body = match.group(2).split(" preemption: ", 1)[0].strip().rstrip(",")
+    body = _DRA_POST_FILTER.sub("", body).strip().rstrip(".")
     histogram: dict[str, int] = {}
     unparsed: list[str] = []
     # Parts are "N reason" joined by ", "; a PreFilter message ends with ". " before them.
@@ -533,29 +550,44 @@ def explain_pending(
     request = dict(pod_request(pod) if template else ctx.usage.request_of(pod))
     if runtime_class is not None and not pod.spec.get("overhead") and spec.get("overhead"):
         add_quantities(request, quantities(spec.get("overhead")))
+    claims = pod_claims_state(snapshot, pod, request, template is not None)
     # The per-node verdicts depend only on what the key holds: replicas of one controller
     # that wait for the same reason are evaluated against every node once.
+    held = [pod.labels, spec, sorted(request.items())]
     key = (
         "nodes",
         pod.ref.namespace,
-        json.dumps([pod.labels, spec, sorted(request.items())], sort_keys=True, default=str),
+        json.dumps(held + ([claims.memo_key()] if claims else []), sort_keys=True, default=str),
     )
     if key not in ctx.memo:
         spread = spread_constraints(ctx, pod, spec)
         rules = inter_pod_rules(ctx, pod, spec)
+        dra_gpu_nodes = node_devices(snapshot, NVIDIA_GPU_DRIVER)
         ctx.memo[key] = tuple(
             NodeExplanation(
                 usage.node.ref.name,
-                is_gpu_node(usage.node),
-                node_verdicts(ctx, spec, request, usage, spread, rules),
+                is_gpu_node(usage.node) or usage.node.ref.name in dra_gpu_nodes,
+                node_verdicts(
+                    ctx,
+                    spec,
+                    request,
+                    usage,
+                    spread,
+                    rules,
+                    None if claims is None else partial(node_verdict, snapshot, claims),
+                    frozenset() if claims is None else claims.served_resources,
+                ),
             )
             for usage in ctx.usage.nodes.values()
         )
     nodes: tuple[NodeExplanation, ...] = ctx.memo[key]
     total = len(nodes)
     histogram = reasons_histogram(n.verdicts for n in nodes)
+    dra_check = None if claims is None else claims.pod_verdict
     pod_checks = [
-        v for v in (_api_validation(pod), runtime_class, _scheduling_gates(spec)) if v is not None
+        v
+        for v in (_api_validation(pod), runtime_class, _scheduling_gates(spec), dra_check)
+        if v is not None
     ]
     gang = _gang(snapshot, pod, request, nodes, ctx.usage)
     if gang is not None:
@@ -580,7 +612,7 @@ def explain_pending(
                 f"spec.nodeName is {node_name_of(pod)}: the pod is bound; the kubelet decides",
             )
         )
-    wants_gpu = bool(gpu_part(request))
+    wants_gpu = bool(gpu_part(request)) or (claims is not None and wants_gpus(snapshot, pod))
     subject = "a new pod from this template" if template else "the pod"
     if template is not None:
         pod_checks.append(
@@ -610,11 +642,16 @@ def explain_pending(
 
 
 def pending_gpu_pods(snapshot: Snapshot, usage: ClusterUsage) -> list[Resource]:
-    """Pods waiting for a node that request a GPU resource."""
+    """Pods waiting for a node that request a GPU resource, or claim GPUs through DRA."""
     return [
         p
         for p in snapshot.of("Pod")
-        if pod_phase(p) == "Pending" and not node_name_of(p) and gpu_part(usage.request_of(p))
+        if pod_phase(p) == "Pending"
+        and not node_name_of(p)
+        and (
+            gpu_part(usage.request_of(p))
+            or (p.spec.get("resourceClaims") and wants_gpus(snapshot, p))
+        )
     ]
 
 

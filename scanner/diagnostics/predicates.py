@@ -5,7 +5,8 @@ record, word for word, so that the summary can be compared with FailedScheduling
 NodeUnschedulable ("node(s) were unschedulable"), TaintToleration ("node(s) had untolerated
 taint {key: value}"), NodeAffinity ("node(s) didn't match Pod's node affinity/selector"),
 NodeResourcesFit ("Insufficient <resource>", "Too many pods"), PodTopologySpread ("node(s)
-didn't match pod topology spread constraints") and InterPodAffinity. They run in the default
+didn't match pod topology spread constraints"), InterPodAffinity, and DynamicResources for
+pods with ResourceClaims ("cannot allocate all claims", dra.py). They run in the default
 profile's order (pkg/scheduler/apis/config/v1/default_plugins.go) and, as in the scheduler, a
 node's reasons are those of the first predicate that fails; every predicate is still
 evaluated so the fix can name all that stand in the way.
@@ -14,7 +15,7 @@ evaluated so the fix can name all that stand in the way.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
@@ -346,12 +347,22 @@ def _resource_shortfall(
 
 
 def node_resources_fit(
-    request: Mapping[str, Decimal], usage: NodeUsage, ctx: SchedulingContext
+    request: Mapping[str, Decimal],
+    usage: NodeUsage,
+    ctx: SchedulingContext,
+    dra_served: frozenset[str] = frozenset(),
 ) -> Verdict:
     """NodeResourcesFit's Filter: a pod slot, then every requested resource against
     allocatable minus what bound pods request. A resource the node does not list counts as
-    0 allocatable, exactly as in the scheduler."""
+    0 allocatable, exactly as in the scheduler, except an extended resource a DeviceClass
+    serves (`dra_served`, KEP-5004): where no device plugin advertises it, the filter leaves it
+    to DynamicResources."""
     name = "NodeResourcesFit"
+    request = {
+        r: v
+        for r, v in request.items()
+        if r not in dra_served or usage.allocatable.get(r, ZERO) > 0
+    }
     if not usage.node.status.get("allocatable"):
         return _ok(name, "node has no status.allocatable (a manifest without status)")
     reasons: list[str] = []
@@ -668,16 +679,21 @@ def node_verdicts(
     usage: NodeUsage,
     spread: Sequence[SpreadConstraint],
     rules: InterPodRules,
+    dra: Callable[[NodeUsage], Verdict] | None = None,
+    dra_served: frozenset[str] = frozenset(),
 ) -> tuple[Verdict, ...]:
+    """The filters in the default profile's order; DynamicResources (`dra`, for pods with
+    claims or DRA-served extended resources) runs after InterPodAffinity."""
     node = usage.node
-    return (
+    verdicts = (
         node_unschedulable(spec, node),
         taint_toleration(spec, node),
         node_affinity(spec, node),
-        node_resources_fit(request, usage, ctx),
+        node_resources_fit(request, usage, ctx, dra_served),
         pod_topology_spread(spread, node),
         inter_pod_affinity(rules, node),
     )
+    return verdicts if dra is None else (*verdicts, dra(usage))
 
 
 def reasons_histogram(per_node: Iterable[Sequence[Verdict]]) -> dict[str, int]:

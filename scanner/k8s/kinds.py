@@ -62,6 +62,8 @@ def _k(type_: str, group: str, versions: str, plural: str, namespaced: bool = Tr
     return KindInfo(type_, group, tuple(versions.split()), plural, namespaced)
 
 
+_KUEUE = "v1beta2 v1beta1"
+
 KNOWN_KINDS: dict[str, KindInfo] = {
     info.type: info
     for info in (
@@ -104,6 +106,19 @@ KNOWN_KINDS: dict[str, KindInfo] = {
         _k("RuntimeClass", "node.k8s.io", "v1", "runtimeclasses", namespaced=False),
         _k("ResourceSlice", "resource.k8s.io", "v1 v1beta2 v1beta1", "resourceslices", False),
         _k("DeviceClass", "resource.k8s.io", "v1 v1beta2 v1beta1", "deviceclasses", False),
+        _k("ResourceClaim", "resource.k8s.io", "v1 v1beta2 v1beta1", "resourceclaims"),
+        _k(
+            "ResourceClaimTemplate",
+            "resource.k8s.io",
+            "v1 v1beta2 v1beta1",
+            "resourceclaimtemplates",
+        ),
+        _k(
+            "ComputeDomain.resource.nvidia.com",
+            "resource.nvidia.com",
+            "v1beta1",
+            "computedomains",
+        ),
         _k("APIService", "apiregistration.k8s.io", "v1", "apiservices", namespaced=False),
         _k(
             "CustomResourceDefinition",
@@ -130,10 +145,27 @@ KNOWN_KINDS: dict[str, KindInfo] = {
         _k("PodGroup.scheduling.volcano.sh", "scheduling.volcano.sh", "v1beta1", "podgroups"),
         _k("Queue.scheduling.volcano.sh", "scheduling.volcano.sh", "v1beta1", "queues", False),
         _k("PodGroup.scheduling.x-k8s.io", "scheduling.x-k8s.io", "v1alpha1", "podgroups"),
-        _k("ClusterQueue.kueue.x-k8s.io", "kueue.x-k8s.io", "v1beta1", "clusterqueues", False),
-        _k("LocalQueue.kueue.x-k8s.io", "kueue.x-k8s.io", "v1beta1", "localqueues"),
-        _k("ResourceFlavor.kueue.x-k8s.io", "kueue.x-k8s.io", "v1beta1", "resourceflavors", False),
+        # Kueue's CRDs serve v1beta2 (the storage version) and v1beta1.
+        _k("ClusterQueue.kueue.x-k8s.io", "kueue.x-k8s.io", _KUEUE, "clusterqueues", False),
+        _k("LocalQueue.kueue.x-k8s.io", "kueue.x-k8s.io", _KUEUE, "localqueues"),
+        _k("ResourceFlavor.kueue.x-k8s.io", "kueue.x-k8s.io", _KUEUE, "resourceflavors", False),
+        _k("Workload.kueue.x-k8s.io", "kueue.x-k8s.io", _KUEUE, "workloads"),
+        _k(
+            "WorkloadPriorityClass.kueue.x-k8s.io",
+            "kueue.x-k8s.io",
+            _KUEUE,
+            "workloadpriorityclasses",
+            namespaced=False,
+        ),
+        _k("Cohort.kueue.x-k8s.io", "kueue.x-k8s.io", _KUEUE, "cohorts", namespaced=False),
         _k("PyTorchJob.kubeflow.org", "kubeflow.org", "v1", "pytorchjobs"),
+        _k("JobSet.jobset.x-k8s.io", "jobset.x-k8s.io", "v1alpha2", "jobsets"),
+        _k(
+            "LeaderWorkerSet.leaderworkerset.x-k8s.io",
+            "leaderworkerset.x-k8s.io",
+            "v1",
+            "leaderworkersets",
+        ),
         _k("MPIJob.kubeflow.org", "kubeflow.org", "v2beta1", "mpijobs"),
         _k("TFJob.kubeflow.org", "kubeflow.org", "v1", "tfjobs"),
         _k("TrainJob.trainer.kubeflow.org", "trainer.kubeflow.org", "v1alpha1", "trainjobs"),
@@ -143,6 +175,19 @@ KNOWN_KINDS: dict[str, KindInfo] = {
             "v1alpha1",
             "clustertrainingruntimes",
             namespaced=False,
+        ),
+        _k(
+            "TrainingRuntime.trainer.kubeflow.org",
+            "trainer.kubeflow.org",
+            "v1alpha1",
+            "trainingruntimes",
+        ),
+        _k("Service.serving.knative.dev", "serving.knative.dev", "v1", "services"),
+        _k(
+            "SparkApplication.sparkoperator.k8s.io",
+            "sparkoperator.k8s.io",
+            "v1beta2",
+            "sparkapplications",
         ),
         _k(
             "InferenceService.serving.kserve.io",
@@ -158,6 +203,13 @@ KNOWN_KINDS: dict[str, KindInfo] = {
             "clusterservingruntimes",
             namespaced=False,
         ),
+        # KubeRay: v1 served and stored, v1alpha1 still served (ray.io_*.yaml).
+        _k("RayCluster.ray.io", "ray.io", "v1 v1alpha1", "rayclusters"),
+        _k("RayJob.ray.io", "ray.io", "v1 v1alpha1", "rayjobs"),
+        _k("RayService.ray.io", "ray.io", "v1 v1alpha1", "rayservices"),
+        # Kubeflow Notebooks: v1 stored; v1beta1 and v1alpha1 served (kubeflow.org_notebooks.yaml).
+        _k("Notebook.kubeflow.org", "kubeflow.org", "v1 v1beta1 v1alpha1", "notebooks"),
+        _k("NIMService.apps.nvidia.com", "apps.nvidia.com", "v1alpha1", "nimservices"),
         _k("NodePool.karpenter.sh", "karpenter.sh", "v1", "nodepools", namespaced=False),
         _k("NodeClaim.karpenter.sh", "karpenter.sh", "v1", "nodeclaims", namespaced=False),
     )

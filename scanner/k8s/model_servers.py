@@ -1,8 +1,32 @@
-"""SRV-CLASSIFY: which model server a container runs. Used by the SRV and NET checks, through
-`gpu_audit.api`.
+"""SRV-CLASSIFY: which model server a container runs. Used by the SRV, NET and QUOTA checks,
+through `gpu_audit.api`: the one place that knows model servers by image and command line.
 
 A heuristic on the image repository and the command line. Every classification carries the
 rule that matched, so that findings can print it and users can waive a misclassification.
+
+Images and commands, from each project's published images and documentation:
+- TF Serving: tensorflow/serving, `tensorflow_model_server`
+  (https://www.tensorflow.org/tfx/serving/docker); KServe's kserve-tensorflow-serving runtime
+  runs the same image.
+- Hugging Face TGI and TEI: ghcr.io/huggingface/text-generation-inference
+  (`text-generation-launcher`) and ghcr.io/huggingface/text-embeddings-inference
+  (`text-embeddings-router`), and the deep-learning containers that package them under other
+  names: Google's us-docker.pkg.dev/deeplearning-platform-release/gcr.io/
+  huggingface-text-generation-inference-cu124.2-4.ubuntu2204 and
+  huggingface-text-embeddings-inference-cu122.1-4.ubuntu2204
+  (https://github.com/huggingface/Google-Cloud-Containers), AWS's
+  <account>.dkr.ecr.<region>.amazonaws.com/huggingface-pytorch-tgi-inference and tei, tei-cpu
+  (https://github.com/aws/deep-learning-containers/blob/master/available_images.md).
+- OpenVINO Model Server: openvino/model_server, `/ovms/bin/ovms`
+  (https://docs.openvino.ai/2025/model-server/ovms_docs_deploying_server_docker.html).
+- MLServer: seldonio/mlserver, `mlserver start` (https://mlserver.readthedocs.io/).
+- LMDeploy: openmmlab/lmdeploy, `lmdeploy serve api_server`
+  (https://lmdeploy.readthedocs.io/en/latest/llm/api_server.html).
+- SGLang: lmsysorg/sglang, `python -m sglang.launch_server` (https://docs.sglang.ai/).
+- NVIDIA NIM: nvcr.io/nim/<publisher>/<model> (https://docs.nvidia.com/nim/large-language-models/
+  latest/getting-started.html).
+- KServe: the kserve-container of a predictor pod (labelled serving.kserve.io/inferenceservice)
+  or of an InferenceService's component template, when nothing more specific matches.
 """
 
 from __future__ import annotations
@@ -11,6 +35,7 @@ import re
 from dataclasses import dataclass
 
 from gpu_audit.k8s.images import image_registry_and_path
+from gpu_audit.k8s.kserve import INFERENCE_SERVICE as ISVC
 from gpu_audit.k8s.objects import as_list
 from gpu_audit.k8s.pods import Container
 
@@ -23,6 +48,11 @@ RAY = "ray"
 SGLANG = "sglang"
 OLLAMA = "ollama"
 NIM = "nim"
+TF_SERVING = "tf-serving"
+TEI = "tei"
+OVMS = "ovms"
+MLSERVER = "mlserver"
+LMDEPLOY = "lmdeploy"
 KSERVE_RUNTIME = "kserve-runtime"
 
 KSERVE_ISVC_LABEL = "serving.kserve.io/inferenceservice"
@@ -42,7 +72,24 @@ _REPO_NAMES: dict[str, str] = {
     "ray-ml": RAY,
     "sglang": SGLANG,
     "ollama": OLLAMA,
+    "text-embeddings-inference": TEI,
+    "mlserver": MLSERVER,
+    "lmdeploy": LMDEPLOY,
 }
+# Repository paths whose last component alone says too little (`serving`, `model_server`).
+_REPO_PATHS: dict[str, str] = {
+    "tensorflow/serving": TF_SERVING,
+    "openvino/model_server": OVMS,
+}
+# The deep-learning containers of Google Cloud and AWS that package TGI and TEI under their own
+# repository names (a prefix of the last path component).
+_REPO_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("huggingface-text-generation-inference", TGI),
+    ("huggingface-pytorch-tgi-inference", TGI),
+    ("huggingface-text-embeddings-inference", TEI),
+)
+# AWS publishes TEI as `tei` and `tei-cpu` in its deep-learning-container ECR accounts.
+_ECR_REPO_NAMES: dict[str, str] = {"tei": TEI, "tei-cpu": TEI}
 
 _COMMAND_RULES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"(^|[\s/])tritonserver(\s|$)"), TRITON, "tritonserver"),
@@ -50,6 +97,11 @@ _COMMAND_RULES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"(^|[\s/])vllm\s+serve(\s|$)|vllm\.entrypoints"), VLLM, "vllm serve"),
     (re.compile(r"text-generation-launcher"), TGI, "text-generation-launcher"),
     (re.compile(r"sglang\.launch_server"), SGLANG, "sglang.launch_server"),
+    (re.compile(r"text-embeddings-router"), TEI, "text-embeddings-router"),
+    (re.compile(r"(^|[\s/])tensorflow_model_server(\s|$)"), TF_SERVING, "tensorflow_model_server"),
+    (re.compile(r"(^|[\s/])ovms(\s|$)"), OVMS, "ovms"),
+    (re.compile(r"(^|[\s/])mlserver\s+start(\s|$)"), MLSERVER, "mlserver start"),
+    (re.compile(r"(^|[\s/])lmdeploy\s+serve(\s|$)"), LMDEPLOY, "lmdeploy serve"),
 )
 
 
@@ -80,6 +132,14 @@ def classify(container: Container) -> ServerClass | None:
     name = repo.rsplit("/", 1)[-1]
     if name in _REPO_NAMES:
         return ServerClass(_REPO_NAMES[name], f"image {image} matches */{name}")
+    for path, server in _REPO_PATHS.items():
+        if repo == path or repo.endswith(f"/{path}"):
+            return ServerClass(server, f"image {image} matches */{path}")
+    for prefix, server in _REPO_PREFIXES:
+        if name.startswith(prefix):
+            return ServerClass(server, f"image {image} matches */{prefix}*")
+    if ".dkr.ecr." in host and name in _ECR_REPO_NAMES:
+        return ServerClass(_ECR_REPO_NAMES[name], f"image {image} matches an AWS DLC */{name}")
     if "kuberay" in repo:
         return ServerClass(RAY, f"image {image} matches */kuberay*")
     command = " ".join(argv(container))
@@ -93,4 +153,7 @@ def classify(container: Container) -> ServerClass | None:
         return ServerClass(
             KSERVE_RUNTIME, f"kserve-container in a pod labelled {KSERVE_ISVC_LABEL}"
         )
+    if container.name == "kserve-container" and container.template.owner.ref.kind == ISVC:
+        role = container.template.replica_type or "component"
+        return ServerClass(KSERVE_RUNTIME, f"kserve-container of the InferenceService's {role}")
     return None

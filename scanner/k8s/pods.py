@@ -8,8 +8,28 @@ from decimal import Decimal
 from typing import Any
 
 from gpu_audit.k8s.gpu_resources import is_gpu_resource
+from gpu_audit.k8s.knative import KNATIVE_SERVICE, rendering_knative_service, revision_templates
+from gpu_audit.k8s.kserve import (
+    CLUSTER_SERVING_RUNTIME,
+    INFERENCE_SERVICE,
+    SERVING_RUNTIME,
+    component_templates,
+    rendering_inference_service,
+)
+from gpu_audit.k8s.kubeflow_trainer import (
+    RUNTIME_TYPES,
+    TRAIN_JOB,
+    referenced_runtime,
+    runtime_templates,
+    trainjob_templates,
+)
+from gpu_audit.k8s.nim import NIM_SERVICE, nim_templates
+from gpu_audit.k8s.notebook import NOTEBOOK, notebook_templates
 from gpu_audit.k8s.objects import as_list, as_mapping, str_map, template_spec
+from gpu_audit.k8s.operator_templates import OperatorTemplate
 from gpu_audit.k8s.quantities import QuantityError, add_quantities, parse_quantity, quantities
+from gpu_audit.k8s.ray import RAY_CLUSTER, RAY_JOB, RAY_SERVICE, RAY_TYPES, ray_templates
+from gpu_audit.k8s.spark import SPARK_APPLICATION, launching_application, role_templates
 from gpu_audit.model import Resource
 from gpu_audit.snapshot import Snapshot
 
@@ -27,7 +47,28 @@ WORKLOAD_TYPES = (
     "PyTorchJob.kubeflow.org",
     "MPIJob.kubeflow.org",
     "Job.batch.volcano.sh",
+    "JobSet.jobset.x-k8s.io",
+    "LeaderWorkerSet.leaderworkerset.x-k8s.io",
+    # KServe: an InferenceService's components (gpu_audit.k8s.kserve). The runtimes carry no
+    # pod of their own; they are listed because the InferenceServices' templates merge them.
+    INFERENCE_SERVICE,
+    SERVING_RUNTIME,
+    CLUSTER_SERVING_RUNTIME,
+    # Pod specs an operator builds from the custom resource: KubeRay (gpu_audit.k8s.ray),
+    # Kubeflow Notebooks (gpu_audit.k8s.notebook), NVIDIA NIM (gpu_audit.k8s.nim).
+    *RAY_TYPES,
+    NOTEBOOK,
+    NIM_SERVICE,
+    # Kubeflow Trainer: TrainJobs and the runtimes they are built from (gpu_audit.k8s.
+    # kubeflow_trainer); Knative Services (gpu_audit.k8s.knative); Spark's driver and executors
+    # (gpu_audit.k8s.spark).
+    TRAIN_JOB,
+    *RUNTIME_TYPES,
+    KNATIVE_SERVICE,
+    SPARK_APPLICATION,
 )
+JOBSET = "JobSet.jobset.x-k8s.io"
+LEADER_WORKER_SET = "LeaderWorkerSet.leaderworkerset.x-k8s.io"
 
 _OWNER_TYPES = {
     # ownerReference kind + apiVersion group -> resource type in the snapshot
@@ -41,7 +82,34 @@ _OWNER_TYPES = {
     ("PyTorchJob", "kubeflow.org"): "PyTorchJob.kubeflow.org",
     ("MPIJob", "kubeflow.org"): "MPIJob.kubeflow.org",
     ("Job", "batch.volcano.sh"): "Job.batch.volcano.sh",
+    # JobSet -> its Jobs (jobset_controller.go constructJob, SetControllerReference).
+    ("JobSet", "jobset.x-k8s.io"): JOBSET,
+    # LeaderWorkerSet -> the leader StatefulSet (leaderworkerset_controller.go); the leader Pod
+    # -> its group's worker StatefulSet (pod_controller.go setControllerReferenceWithStatefulSet).
+    ("LeaderWorkerSet", "leaderworkerset.x-k8s.io"): LEADER_WORKER_SET,
+    ("Pod", ""): "Pod",
+    # KServe's raw deployment mode: InferenceService -> its component Deployments
+    # (reconcilers/deployment/deployment_reconciler.go, SetControllerReferences).
+    ("InferenceService", "serving.kserve.io"): INFERENCE_SERVICE,
+    # KubeRay: RayCluster -> its Pods (raycluster_controller.go createHeadPod/createWorkerPod);
+    # RayJob -> its RayCluster and submitter Job (rayjob_controller.go); RayService -> its
+    # RayClusters (rayservice_controller.go constructRayClusterForRayService).
+    ("RayCluster", "ray.io"): RAY_CLUSTER,
+    ("RayJob", "ray.io"): RAY_JOB,
+    ("RayService", "ray.io"): RAY_SERVICE,
+    # Notebook -> its StatefulSet (notebook_controller.go, SetControllerReference).
+    ("Notebook", "kubeflow.org"): NOTEBOOK,
+    # NIMService -> its Deployment, LeaderWorkerSet or InferenceService (the NIM operator's
+    # renderAndSyncResource sets the NIMService as controller).
+    ("NIMService", "apps.nvidia.com"): NIM_SERVICE,
+    # TrainJob -> its JobSet (plugins/jobset/jobset.go Build, WithOwnerReferences controller).
+    ("TrainJob", "trainer.kubeflow.org"): TRAIN_JOB,
+    # SparkApplication -> its driver Pod (webhook addOwnerReference, util.GetOwnerReference).
+    ("SparkApplication", "sparkoperator.k8s.io"): SPARK_APPLICATION,
 }
+# A Pod controls only the worker StatefulSet LWS creates for its group; other objects that
+# name a Pod as controller (a Spark driver's executor Pods) keep their own pod specs.
+_OWNED_BY_POD = frozenset({"StatefulSet"})
 
 
 def controller_owner(snapshot: Snapshot, resource: Resource) -> Resource | None:
@@ -55,9 +123,21 @@ def controller_owner(snapshot: Snapshot, resource: Resource) -> Resource | None:
             else ""
         )
         type_ = _OWNER_TYPES.get((str(ref.get("kind", "")), group))
+        if type_ == "Pod" and resource.ref.kind not in _OWNED_BY_POD:
+            continue
         if type_:
-            return snapshot.get(type_, resource.ref.namespace, str(ref.get("name", "")))
-    return None
+            found = snapshot.get(type_, resource.ref.namespace, str(ref.get("name", "")))
+            if found is not None:
+                return found
+    # A Deployment or Pod KServe rendered through Knative (owned by a Revision, which the
+    # input does not hold) belongs to the InferenceService its label names.
+    # The same for Knative Services (their revisions' Deployments), and a Spark executor Pod
+    # (its controller is the driver Pod) belongs to the SparkApplication its labels name.
+    return (
+        rendering_inference_service(snapshot, resource)
+        or rendering_knative_service(snapshot, resource)
+        or launching_application(snapshot, resource)
+    )
 
 
 def top_owner(snapshot: Snapshot, resource: Resource) -> Resource:
@@ -82,6 +162,15 @@ class PodTemplate:
     metadata: Mapping[str, Any]
     path: str
     replica_type: str = ""
+    # Where a container's fields are written in the owner when not at `path`.containers[i]
+    # (KServe's model container is written at spec.predictor.model): (container name, path).
+    container_paths: tuple[tuple[str, str], ...] = ()
+    # The container whose fields are written at `path` itself, beside the pod-level fields
+    # (a NIMService's NIM container: spec.resources, spec.env).
+    inline_container: str = ""
+    # The template this one is the base's with the owner's changes applied (a TrainJob's, from
+    # its runtime's): a result the base gets as well is reported on the base (engine).
+    base: PodTemplate | None = None
 
     @property
     def labels(self) -> dict[str, str]:
@@ -94,6 +183,7 @@ class PodTemplate:
     def containers(self, *, include_init: bool = True) -> tuple[Container, ...]:
         out: list[Container] = []
         sections = ("initContainers", "containers") if include_init else ("containers",)
+        paths = dict(self.container_paths)
         for section in sections:
             for index, raw in enumerate(as_list(self.spec.get(section))):
                 if isinstance(raw, Mapping):
@@ -101,7 +191,7 @@ class PodTemplate:
                         Container(
                             self,
                             raw,
-                            f"{self.path}.{section}[{index}]",
+                            paths.get(str(raw.get("name", "")), f"{self.path}.{section}[{index}]"),
                             section == "initContainers",
                         )
                     )
@@ -204,10 +294,28 @@ def pod_template_at(
     return PodTemplate(owner, spec, as_mapping(tpl.get("metadata")), f"{path}.spec", replica_type)
 
 
-def templates_of(resource: Resource) -> tuple[PodTemplate, ...]:
-    """The pod specs an object carries, whatever its kind."""
+def templates_of(resource: Resource, snapshot: Snapshot | None = None) -> tuple[PodTemplate, ...]:
+    """The pod specs an object carries, whatever its kind. `snapshot` gives what a template
+    is derived from beyond the object (the ServingRuntime an InferenceService's model runs
+    on, the Deployment KServe rendered for it)."""
     kind = resource.ref.kind
     spec = resource.spec
+    if kind == INFERENCE_SERVICE:
+        return tuple(
+            PodTemplate(resource, c.spec, c.metadata, c.path, c.role, c.container_paths)
+            for c in component_templates(resource, snapshot)
+        )
+    if kind == TRAIN_JOB:
+        return _trainjob_templates(resource, snapshot)
+    if kind in RUNTIME_TYPES:
+        return tuple(_operator_template(resource, t) for t in runtime_templates(resource))
+    if kind == KNATIVE_SERVICE:
+        revisions = revision_templates(resource, snapshot)
+        return tuple(_operator_template(resource, t) for t in revisions)
+    if kind in (SERVING_RUNTIME, CLUSTER_SERVING_RUNTIME):
+        return ()  # a runtime runs nothing itself; each InferenceService merges it
+    if kind in _OPERATOR_TEMPLATES:
+        return tuple(_operator_template(resource, t) for t in _OPERATOR_TEMPLATES[kind](resource))
     if kind == "Pod":
         return (PodTemplate(resource, spec, resource.metadata, "spec"),)
     if kind == "CronJob":
@@ -229,6 +337,10 @@ def templates_of(resource: Resource) -> tuple[PodTemplate, ...]:
             if found:
                 out.append(found)
         return tuple(out)
+    if kind == JOBSET:
+        return _jobset_templates(resource)
+    if kind == LEADER_WORKER_SET:
+        return _leader_worker_templates(resource)
     if kind == "Job.batch.volcano.sh":
         out = []
         for index, task in enumerate(map(as_mapping, as_list(spec.get("tasks")))):
@@ -243,6 +355,88 @@ def templates_of(resource: Resource) -> tuple[PodTemplate, ...]:
         return tuple(out)
     found = pod_template_at(resource, spec.get("template"), "spec.template")
     return (found,) if found else ()
+
+
+_OPERATOR_TEMPLATES = {
+    **dict.fromkeys(RAY_TYPES, ray_templates),
+    NOTEBOOK: notebook_templates,
+    NIM_SERVICE: nim_templates,
+    SPARK_APPLICATION: role_templates,
+}
+
+
+def _operator_template(owner: Resource, template: OperatorTemplate) -> PodTemplate:
+    return PodTemplate(
+        owner,
+        template.spec,
+        template.metadata,
+        template.path,
+        template.role,
+        template.container_paths,
+        template.inline_container,
+    )
+
+
+def _trainjob_templates(trainjob: Resource, snapshot: Snapshot | None) -> tuple[PodTemplate, ...]:
+    """A TrainJob's templates, derived from its runtime's (gpu_audit.k8s.kubeflow_trainer).
+    Without the runtime in the input, the JobSet the trainer rendered for it is what runs:
+    its templates are read as the JobSet's; without either there is nothing to read."""
+    if snapshot is None:
+        return ()
+    runtime = referenced_runtime(snapshot, trainjob)
+    if runtime is None:
+        rendered = snapshot.get(JOBSET, trainjob.ref.namespace, trainjob.ref.name)
+        owner = controller_owner(snapshot, rendered) if rendered is not None else None
+        if rendered is None or owner is None or owner.ref != trainjob.ref:
+            return ()
+        return _jobset_templates(rendered)
+    return tuple(
+        PodTemplate(
+            trainjob,
+            derived.spec,
+            derived.metadata,
+            derived.path,
+            derived.role,
+            derived.container_paths,
+            base=_operator_template(runtime, base),
+        )
+        for derived, base in trainjob_templates(trainjob, runtime)
+    )
+
+
+def _jobset_templates(jobset: Resource) -> tuple[PodTemplate, ...]:
+    """One template per replicated job (a JobTemplateSpec), named by the replicated job.
+
+    The path goes through the list by index (spec.replicatedJobs[0].template.spec.template),
+    as every field path of a result does; a JSON merge patch cannot address a list item, so
+    a pod-spec remediation of a JobSet is printed as the fragment, not nested (engine).
+    """
+    out = []
+    for index, replicated in enumerate(map(as_mapping, as_list(jobset.spec.get("replicatedJobs")))):
+        job_spec = template_spec(replicated, "template")
+        found = pod_template_at(
+            jobset,
+            job_spec.get("template"),
+            f"spec.replicatedJobs[{index}].template.spec.template",
+            str(replicated.get("name", "")),
+        )
+        if found:
+            out.append(found)
+    return tuple(out)
+
+
+def _leader_worker_templates(lws: Resource) -> tuple[PodTemplate, ...]:
+    """The leader and worker templates of a LeaderWorkerSet. Without a leaderTemplate the
+    leader is created from the workerTemplate: that one template is reported once, as the
+    worker template (https://lws.sigs.k8s.io/docs/concepts/#multi-template-for-pods)."""
+    group = as_mapping(lws.spec.get("leaderWorkerTemplate"))
+    base = "spec.leaderWorkerTemplate"
+    out = []
+    for key, role in (("leaderTemplate", "leader"), ("workerTemplate", "worker")):
+        found = pod_template_at(lws, group.get(key), f"{base}.{key}", role)
+        if found:
+            out.append(found)
+    return tuple(out)
 
 
 def pod_templates(
@@ -261,7 +455,7 @@ def _pod_templates(snapshot: Snapshot, types: Sequence[str]) -> Iterator[PodTemp
     for resource in snapshot.of(*types):
         if controller_owner(snapshot, resource) is not None:
             continue
-        yield from templates_of(resource)
+        yield from templates_of(resource, snapshot)
 
 
 def gpu_pod_templates(snapshot: Snapshot) -> Iterator[PodTemplate]:

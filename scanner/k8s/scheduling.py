@@ -104,3 +104,58 @@ def schedules_on(pod_spec: Mapping[str, Any], node: Resource) -> bool:
     """Whether the node passes the pod's placement rules (selectors, affinity, taints),
     ignoring resource fit."""
     return node_affinity_matches(pod_spec, node) and not untolerated_taints(pod_spec, node)
+
+
+# --------------------------------------------------------------------------- DaemonSet pods
+
+# Tolerations the DaemonSet controller adds to every pod it creates (AddOrUpdateDaemonPodTolerations;
+# kubernetes.io/docs/concepts/workloads/controllers/daemonset/#taints-and-tolerations).
+# not-ready and unreachable carry no tolerationSeconds: daemon pods are never evicted for them.
+DAEMONSET_POD_TOLERATIONS: tuple[Mapping[str, str], ...] = (
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+)
+# Added only to the pods of a DaemonSet with spec.hostNetwork: true.
+DAEMONSET_HOST_NETWORK_TOLERATION: Mapping[str, str] = {
+    "key": "node.kubernetes.io/network-unavailable",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
+
+
+def daemonset_pod_tolerations(pod_spec: Mapping[str, Any]) -> list[Any]:
+    """The tolerations a DaemonSet's pods really carry: the template's, plus those the
+    DaemonSet controller adds (network-unavailable only with host networking)."""
+    out: list[Any] = [*as_list(pod_spec.get("tolerations")), *DAEMONSET_POD_TOLERATIONS]
+    if pod_spec.get("hostNetwork") is True:
+        out.append(DAEMONSET_HOST_NETWORK_TOLERATION)
+    return out
+
+
+def daemonset_untolerated_taints(pod_spec: Mapping[str, Any], node: Resource) -> tuple[Taint, ...]:
+    """NoSchedule/NoExecute taints of the node that a pod of this DaemonSet pod spec does not
+    tolerate, counting the DaemonSet controller's automatic tolerations. tolerationSeconds only
+    bounds how long a NoExecute taint is tolerated once the pod runs: it still tolerates it
+    for placement."""
+    tolerations = daemonset_pod_tolerations(pod_spec)
+    return tuple(
+        t
+        for t in node_taints(node)
+        if t.effect in SCHEDULING_EFFECTS and not tolerates(tolerations, t)
+    )
+
+
+def daemonset_schedules_on(pod_spec: Mapping[str, Any], node: Resource) -> bool:
+    """Whether the DaemonSet controller places a pod of this pod spec on the node
+    (NodeShouldRunDaemonPod: spec.nodeName, nodeSelector and required node affinity, taints with
+    the automatic daemon tolerations), ignoring resource fit."""
+    node_name = str(pod_spec.get("nodeName") or "")
+    if node_name and node_name != node.ref.name:
+        return False
+    return node_affinity_matches(pod_spec, node) and not daemonset_untolerated_taints(
+        pod_spec, node
+    )

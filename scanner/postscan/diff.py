@@ -48,11 +48,26 @@ def _finding_problems(path: str, key: str, items: object) -> list[str]:
     return problems
 
 
+# Fingerprints, which a comparison matches findings by, exist from schema 1.1 on; later minor
+# versions only add fields (1.2: related objects), so 1.1 and newer 1.x reports compare.
+_FIRST_COMPARABLE_MINOR = 1
+
+
+def comparable_version(version: object) -> bool:
+    """A report schema version this module can compare: 1.1 or any later 1.x."""
+    major, _, minor = str(version).partition(".")
+    return (
+        major == SCHEMA_VERSION.split(".", 1)[0]
+        and minor.isdigit()
+        and int(minor) >= _FIRST_COMPARABLE_MINOR
+    )
+
+
 def check_comparable(document: Mapping[str, Any], path: str) -> None:
     """Refuse a report this module cannot compare: another schema version (1.0 reports have
     no fingerprints) or one whose findings lack the fields a comparison reads."""
     version = document.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if not comparable_version(version):
         raise InputError(
             [
                 f"{path}: report schema {version} cannot be compared by this gpu-audit "

@@ -1,26 +1,46 @@
-"""Text to JSON-like documents, within limits that keep hostile input cheap to reject.
+"""Bytes to JSON-like documents, read as a stream within limits that keep hostile input cheap.
 
 YAML is turned into what the Kubernetes API would hold: string keys, no timestamps, bytes or
-sets, no NaN, no duplicate keys, no alias cycles. The limits (see README, "Limits") make a huge
-file, a flood of documents, a deep nesting or an alias bomb an error that names the file
-instead of an exhausted machine.
+sets, no NaN or infinity, no duplicate keys, no alias cycles. Each document is built straight
+from libyaml's parser events, never first as a node graph of the whole document (that graph
+cost 40 times the size of a `kubectl get -o yaml` dump), and every limit (see README,
+"Limits") is checked as the input is read: a huge input, a flood of documents or values, a deep
+nesting or an alias bomb is an error that names the file, reached after reading no more than
+the limit allows, instead of an exhausted machine. JSON is parsed whole by the standard
+library (about 6 times its size), then held to the same rules.
 """
 
 from __future__ import annotations
 
 import base64
+import codecs
 import datetime
 import json
 import math
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, NoReturn
 
 import yaml
+from yaml.constructor import SafeConstructor
+from yaml.events import (
+    AliasEvent,
+    DocumentEndEvent,
+    DocumentStartEvent,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+)
+from yaml.nodes import ScalarNode
+from yaml.resolver import Resolver
 
 from gpu_audit.errors import InputError
 
 MIB = 1024 * 1024
+CHUNK = 64 * 1024  # read ahead to tell JSON from YAML; libyaml asks for 16 KiB at a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,95 +48,123 @@ class Limits:
     """Bounds on what the loader reads (the defaults are documented in README, "Limits")."""
 
     # Room for a dump of Kubernetes' published limits (5,000 nodes, 150,000 pods and their
-    # controllers: about 260,000 objects, 0.6-1 GiB of JSON; see README, "Performance").
+    # controllers: about 260,000 objects, 30 million values, 0.6-1 GiB of JSON; see README,
+    # "Performance").
     file_bytes: int = 1024 * MIB  # one file, or stdin
     total_bytes: int = 2048 * MIB  # all inputs of one scan together
     objects: int = 300_000  # documents and List items of one scan
+    values: int = 40_000_000  # scalars, mappings and lists of one scan, aliases expanded
     depth: int = 100  # nesting of mappings and lists in one document
     alias_nodes: int = 100_000  # values reached again through YAML aliases, per document
     problems: int = 100  # problems listed before the rest are only counted
 
 
-# The YAML 1.1 merge key: its keys are meant to be overridden, so it is no duplicate.
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+@dataclass(slots=True)
+class Tally:
+    """What the inputs read so far in one scan have used of the limits that span files."""
 
-
-class _StrictLoader(_BaseLoader):  # type: ignore[misc]
-    """libyaml's safe loader (several times faster than PyYAML's own) that reads mappings as
-    the API server does: keys become JSON strings (`1: x` is "1"), and a key given twice is
-    an error. YAML requires unique keys, and a silently dropped second `privileged:` would hide
-    exactly what the checks look for."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[str, Any]:
-        if not isinstance(node, yaml.MappingNode):
-            raise yaml.constructor.ConstructorError(
-                None, None, f"expected a mapping, found {node.id}", node.start_mark
-            )
-        own = sum(1 for key_node, _ in node.value if key_node.tag != _MERGE_TAG)
-        self.flatten_mapping(node)  # pairs of `<<: *base` first: the node's own keys override
-        merged = len(node.value) - own
-        mapping: dict[str, Any] = {}
-        own_keys: set[str] = set()
-        for index, (key_node, value_node) in enumerate(node.value):
-            key = _json_key(self.construct_object(key_node, deep=True), key_node)
-            if index >= merged:
-                if key in own_keys:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r}", key_node.start_mark
-                    )
-                own_keys.add(key)
-            mapping[key] = self.construct_object(value_node, deep=deep)
-        return mapping
-
-
-def _json_key(key: Any, node: yaml.Node) -> str:
-    if isinstance(key, str):
-        return key
-    if isinstance(key, bool) or key is None:
-        return json.dumps(key)
-    if isinstance(key, int) or (isinstance(key, float) and math.isfinite(key)):
-        return str(key)
-    if isinstance(key, datetime.datetime):
-        return _rfc3339(key)
-    if isinstance(key, datetime.date):
-        return key.isoformat()
-    raise yaml.constructor.ConstructorError(
-        None, None, f"a mapping key must be a string, not {type(key).__name__}", node.start_mark
-    )
+    bytes: int = 0
+    values: int = 0
 
 
 class DocumentError(Exception):
-    """A document that is valid YAML but cannot be a Kubernetes object; names the field."""
+    """A document that cannot be a Kubernetes object; the message names the field."""
 
 
-def parse(name: str, text: str, is_json: bool) -> Iterator[tuple[int, Any]]:
-    """(index, raw document) for each document of `text`, or InputError for a syntax error."""
+class LimitError(Exception):
+    """A limit of the whole scan is reached: nothing further is read."""
+
+
+def _values_limit(where: str, limits: Limits) -> NoReturn:
+    raise LimitError(
+        f"{where}: more than {limits.values} values in the input (the value limit); "
+        "scan it in parts"
+    )
+
+
+class Source:
+    """A binary input, read in chunks and refused as soon as it passes its byte budget or stops
+    being UTF-8: libyaml pulls it through `read`, JSON reads it whole."""
+
+    def __init__(self, name: str, stream: IO[bytes], budget: int, too_big: str) -> None:
+        self.name = name
+        self.size = 0  # bytes read so far
+        self._stream = stream
+        self._budget = budget
+        self._too_big = too_big
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        self._ahead: list[bytes] = []  # read by starts_like_json, not yet returned
+
+    def read(self, size: int = CHUNK) -> bytes:
+        if self._ahead:
+            return self._ahead.pop(0)
+        data = self._stream.read(min(size, self._budget + 1 - self.size))
+        start = self.size - len(self._decoder.getstate()[0])
+        self.size += len(data)
+        if self.size > self._budget:
+            raise InputError([self._too_big])
+        try:
+            self._decoder.decode(data, final=not data)
+        except UnicodeDecodeError as exc:
+            raise InputError([f"{self.name}: not UTF-8 text (byte {start + exc.start})"]) from None
+        return data
+
+    def read_all(self) -> str:
+        """The whole input as text, without a leading byte-order mark (at its peak, the
+        bytes and the text of the input are both held)."""
+        rest = self._stream.read(self._budget + 1 - self.size)
+        self.size += len(rest)
+        if self.size > self._budget:
+            raise InputError([self._too_big])
+        data = b"".join([*self._ahead, rest]) if self._ahead else rest
+        self._ahead = []
+        del rest
+        try:
+            # utf-8-sig: a byte-order mark is allowed, and editors on Windows write one.
+            return data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+            raise InputError([f"{self.name}: not UTF-8 text (byte {bom + exc.start})"]) from None
+
+    def starts_like_json(self) -> bool:
+        """The first character after white space (and a byte-order mark) opens a JSON object
+        or array."""
+        while chunk := self.read():
+            self._ahead.append(chunk)
+            head = b"".join(self._ahead).removeprefix(codecs.BOM_UTF8).lstrip()
+            if head:
+                return head[:1] in (b"{", b"[")
+        return False
+
+
+def parse(source: Source, is_json: bool, limits: Limits, tally: Tally) -> Iterator[tuple[int, Any]]:
+    """(index, document) for each non-empty document of `source`, as plain JSON data, or
+    (index, DocumentError) for a document that cannot be a Kubernetes object (the next ones
+    are still read). An unreadable input is an InputError naming it; a limit of the whole scan
+    is LimitError."""
     if is_json:
-        yield 0, _parse_json(name, text)
+        document = _parse_json(source, limits, tally)
+        if document is not None:
+            yield 0, document
         return
-    index = -1
-    try:
-        for index, document in enumerate(yaml.load_all(text, Loader=_StrictLoader)):
-            yield index, document
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(
-            [f"{name}: document {index + 2}: invalid YAML{where}: {problem}"]
-        ) from None
-    except RecursionError:  # only PyYAML's pure-Python parser recurses; libyaml stops at 1000
-        raise InputError([f"{name}: document {index + 2}: nested too deeply"]) from None
-    except (AttributeError, TypeError, ValueError, OverflowError, IndexError) as exc:
-        # PyYAML's constructors raise these for a value that does not fit its explicit tag
-        # (`!!timestamp` or `!!int` with no value, `!!int x`) instead of a YAMLError.
-        raise InputError(
-            [f"{name}: document {index + 2}: invalid YAML: a value does not fit its tag ({exc})"]
-        ) from None
+    yield from _YamlReader(source, limits, tally).documents()
 
 
-def _parse_json(name: str, text: str) -> Any:
+# --------------------------------------------------------------------------- JSON
+
+
+# The largest float64 has 309 integer digits: a JSON number beyond it is out of range.
+_FLOAT_DIGITS = 309
+# A \u escape of a UTF-16 surrogate: only then can a lone one hide in the parsed strings.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _parse_json(source: Source, limits: Limits, tally: Tally) -> Any:
+    """The one document of a JSON input; InputError for a syntax error or a bad value."""
+    text = source.read_all()
+    name = source.name
+
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         mapping = dict(items)
         if len(mapping) != len(items):
@@ -129,7 +177,13 @@ def _parse_json(name: str, text: str) -> Any:
         raise DocumentError(f"{value} is not a JSON number")
 
     try:
-        return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+        document = json.loads(
+            text,
+            object_pairs_hook=pairs,
+            parse_constant=constant,
+            parse_int=_json_int,
+            parse_float=_json_float,
+        )
     except json.JSONDecodeError as exc:
         raise InputError(
             [f"{name}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"]
@@ -138,36 +192,92 @@ def _parse_json(name: str, text: str) -> Any:
         raise InputError([f"{name}: invalid JSON: {exc}"]) from None
     except RecursionError:
         raise InputError([f"{name}: invalid JSON: nested too deeply"]) from None
-
-
-def check_json_depth(document: Any, limits: Limits) -> Any:
-    """`document` itself, parsed from JSON, once its nesting is within the limit.
-
-    JSON has no aliases, sets, timestamps or bytes, and _parse_json already refused NaN and
-    duplicate keys, so unlike YAML nothing needs converting: only the depth is checked, and
-    without copying (the copy was most of the time and half the memory of a large dump).
-    """
-    path = _too_deep(document, 1, limits.depth) if isinstance(document, _CONTAINERS) else None
-    if path is not None:
-        raise DocumentError(f"{_at(_join(path))}nested deeper than {limits.depth} levels")
+    surrogates = _SURROGATE_ESCAPE.search(text) is not None
+    del text
+    if isinstance(document, dict | list):
+        try:
+            tally.values += 1 + _check_json(document, 1, limits, surrogates)
+        except _FieldError as exc:
+            raise InputError([f"{name}: document 1: {_at(_join(exc.path))}{exc}"]) from None
+        if tally.values > limits.values:
+            _values_limit(f"{name}: document 1", limits)
     return document
 
 
-_CONTAINERS = (dict, list)
+def _json_int(text: str) -> int:
+    # Python reads integers of any size (up to 4,300 digits, then raises ValueError); the API
+    # server reads one that does not fit an int64 as a float64, and refuses it when it
+    # overflows that too ("cannot unmarshal number ... into Go value of type float64").
+    if len(text.lstrip("-")) > _FLOAT_DIGITS:
+        raise DocumentError(_out_of_range(text))
+    value = int(text)
+    if len(text) >= _FLOAT_DIGITS and not _fits_float(value):
+        raise DocumentError(_out_of_range(text))
+    return value
 
 
-def _too_deep(value: Any, depth: int, limit: int) -> list[str | int] | None:
-    """The path (outermost first) to the first container nested deeper than `limit`."""
-    if depth > limit:
-        return []
+def _json_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise DocumentError(_out_of_range(text))
+    return value
+
+
+def _fits_float(value: int) -> bool:
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
+def _out_of_range(text: str) -> str:
+    shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+    return f"the number {shown} is out of range (more than a 64-bit float holds)"
+
+
+class _FieldError(Exception):
+    """A problem at a field; `path` is filled in (outermost first) as it propagates."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.path: list[str | int] = []
+
+
+def _check_json(
+    value: dict[str, Any] | list[Any], depth: int, limits: Limits, surrogates: bool
+) -> int:
+    """How many values `value` holds, once it nests no deeper than the limit and (when
+    `surrogates`: the text escapes one) none of its strings holds half of a UTF-16 surrogate
+    pair, which no UTF-8 text, and so no Kubernetes object, can hold. JSON has no aliases,
+    sets, timestamps or bytes, and the parser refused NaN, infinity and duplicate keys, so
+    nothing needs converting: the document is checked in place, not copied."""
+    if depth > limits.depth:
+        raise _FieldError(f"nested deeper than {limits.depth} levels")
+    count = len(value)
     items = value.items() if isinstance(value, dict) else enumerate(value)
     for key, item in items:
-        if isinstance(item, _CONTAINERS):
-            path = _too_deep(item, depth + 1, limit)
-            if path is not None:
-                path.insert(0, key)
-                return path
-    return None
+        if surrogates and isinstance(key, str) and _SURROGATE.search(key):
+            raise _FieldError(f"the key {_lone_surrogate(key)}")
+        try:
+            if isinstance(item, dict | list):
+                count += _check_json(item, depth + 1, limits, surrogates)
+            elif surrogates and isinstance(item, str) and _SURROGATE.search(item):
+                raise _FieldError(_lone_surrogate(item))
+        except _FieldError as exc:
+            exc.path.insert(0, key)
+            raise
+    return count
+
+
+def _lone_surrogate(text: str) -> str:
+    found = _SURROGATE.search(text)
+    assert found is not None
+    before = text[: found.start()][-20:]
+    return (
+        f"{before!a} is followed by \\u{ord(found.group()):04x}, half of a UTF-16 surrogate "
+        "pair: not a character"
+    )
 
 
 def _join(path: list[str | int]) -> str:
@@ -177,71 +287,320 @@ def _join(path: list[str | int]) -> str:
     return text
 
 
-def normalize(document: Any, limits: Limits) -> Any:
-    """A fresh copy of `document` as plain JSON data; DocumentError names the bad field.
-
-    The copy undoes YAML aliases (the sanitizer and the checks may then treat every object as
-    its own) and counts what they expand to, so that an alias bomb stops at the limit.
-    """
-    return _Normalizer(limits).value(document, "", set())
-
-
-class _Normalizer:
-    def __init__(self, limits: Limits) -> None:
-        self.limits = limits
-        self.expanded: set[int] = set()  # containers already copied once
-        self.alias_nodes = 0
-
-    def value(self, value: Any, path: str, ancestors: set[int]) -> Any:
-        if isinstance(value, dict | list | set):
-            return self._container(value, path, ancestors)
-        if value is None or isinstance(value, str | bool | int):
-            return value
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                raise DocumentError(f"{_at(path)}{value} is not a valid number")
-            return value
-        if isinstance(value, datetime.datetime):
-            return _rfc3339(value)
-        if isinstance(value, datetime.date):
-            return value.isoformat()
-        if isinstance(value, bytes):  # !!binary: the API holds bytes as base64 strings
-            return base64.b64encode(value).decode("ascii")
-        raise DocumentError(f"{_at(path)}unsupported value of type {type(value).__name__}")
-
-    def _container(
-        self, value: dict[Any, Any] | list[Any] | set[Any], path: str, ancestors: set[int]
-    ) -> Any:
-        identity = id(value)
-        if identity in ancestors:
-            raise DocumentError(f"{_at(path)}YAML alias refers to itself")
-        depth = len(ancestors) + 1
-        if depth > self.limits.depth:
-            raise DocumentError(f"{_at(path)}nested deeper than {self.limits.depth} levels")
-        if identity in self.expanded:
-            self.alias_nodes += len(value)
-            if self.alias_nodes > self.limits.alias_nodes:
-                raise DocumentError(
-                    f"YAML aliases expand to more than {self.limits.alias_nodes} values"
-                )
-        self.expanded.add(identity)
-        ancestors.add(identity)
-        try:
-            if isinstance(value, list):
-                return [self.value(v, f"{path}[{i}]", ancestors) for i, v in enumerate(value)]
-            if isinstance(value, set):  # !!set: a mapping whose values are all null
-                return dict.fromkeys(sorted(value))
-            # Keys are strings: JSON has no others, and the YAML loader makes them so.
-            return {
-                key: self.value(item, f"{path}.{key}" if path else key, ancestors)
-                for key, item in value.items()
-            }
-        finally:
-            ancestors.discard(identity)
-
-
 def _at(path: str) -> str:
     return f"{path}: " if path else ""
+
+
+# --------------------------------------------------------------------------- YAML
+
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when installed
+_CONSTRUCTOR = SafeConstructor()  # for its scalar constructors, which keep no state
+_IMPLICIT: dict[Any, list[tuple[str, re.Pattern[str]]]] = Resolver.yaml_implicit_resolvers
+_TAG = "tag:yaml.org,2002:"
+NULL, BOOL, INT, FLOAT = (f"{_TAG}{t}" for t in ("null", "bool", "int", "float"))
+STR, TIMESTAMP, BINARY, MERGE = (f"{_TAG}{t}" for t in ("str", "timestamp", "binary", "merge"))
+MAP, SEQ, SET = (f"{_TAG}{t}" for t in ("map", "seq", "set"))
+_CONSTRUCTORS: dict[str, Callable[[SafeConstructor, ScalarNode], Any]] = {
+    BOOL: SafeConstructor.construct_yaml_bool,
+    INT: SafeConstructor.construct_yaml_int,
+    FLOAT: SafeConstructor.construct_yaml_float,
+    TIMESTAMP: SafeConstructor.construct_yaml_timestamp,
+    BINARY: SafeConstructor.construct_yaml_binary,
+}
+# Tags PyYAML resolves plain scalars to but constructs nothing for (`=`): text, as the API
+# server's YAML reader has it.
+_TEXT_TAGS = frozenset({f"{_TAG}value", f"{_TAG}yaml"})
+# After a problem, the rest of its document is skipped to read the next one, but only so far:
+# a huge bad document ends the file instead of being parsed to its end for nothing.
+SKIP_EVENTS = 100_000
+_NO_KEY: Any = object()  # a mapping waiting for its next key
+_MERGE_KEY: Any = object()  # the key `<<`: its value is merged into the mapping
+
+
+class _Frame:
+    """A mapping or list being built."""
+
+    __slots__ = ("anchor", "container", "is_map", "is_set", "key", "merges", "start")
+
+    def __init__(self, is_map: bool, anchor: str | None, start: int) -> None:
+        self.container: Any = {} if is_map else []
+        self.is_map = is_map
+        self.is_set = False
+        self.key: Any = _NO_KEY
+        self.merges: list[dict[str, Any]] = []
+        self.anchor = anchor
+        self.start = start  # values counted before it: its size is known when it ends
+
+
+class _EventError(Exception):
+    """What is wrong at the current event. With `at_mark`, a YAML-level problem shown with
+    its line and column; else one shown with its field path."""
+
+    def __init__(self, message: str, *, at_mark: bool = False) -> None:
+        super().__init__(message)
+        self.at_mark = at_mark
+        self.mark: Any = None
+
+
+class _SkippedError(DocumentError):
+    """A bad document too long to skip: the rest of its file is not read."""
+
+
+class _YamlReader:
+    def __init__(self, source: Source, limits: Limits, tally: Tally) -> None:
+        self.source = source
+        self.limits = limits
+        self.tally = tally
+        self.read = 0  # documents read to their end
+
+    def documents(self) -> Iterator[tuple[int, Any]]:
+        loader = _BaseLoader(self.source)
+        try:
+            while not isinstance(event := loader.get_event(), yaml.StreamEndEvent):
+                if isinstance(event, DocumentStartEvent):
+                    document = self._document(loader)
+                    self.read += 1
+                    if document is not None:
+                        yield self.read - 1, document
+                    if isinstance(document, _SkippedError):
+                        return
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise InputError(
+                [
+                    f"{self.source.name}: document {self.read + 1}: invalid YAML{_where(mark)}: "
+                    f"{problem}"
+                ]
+            ) from None
+        finally:
+            loader.dispose()
+
+    def _document(self, loader: Any) -> Any:
+        """The document whose start event was just read, read to its end event; or the
+        DocumentError of its first problem, once the rest of it is skipped."""
+        stack: list[_Frame] = []
+        try:
+            return self._build(loader.get_event, stack)
+        except _EventError as exc:
+            if exc.at_mark:
+                message = f"invalid YAML{_where(exc.mark)}: {exc}"
+            else:
+                message = f"{_at(_stack_path(stack))}{exc}"
+        for _ in range(SKIP_EVENTS):
+            if isinstance(loader.get_event(), DocumentEndEvent):
+                return DocumentError(message)
+        return _SkippedError(f"{message} (the rest of the file is not read)")
+
+    def _build(self, get_event: Callable[[], Any], stack: list[_Frame]) -> Any:
+        limits, tally = self.limits, self.tally
+        anchors: dict[str, tuple[Any, int]] = {}
+        open_anchors: set[str] = set()
+        aliased = 0  # values reached again through aliases
+        root: Any = None
+        while True:
+            event = get_event()
+            kind = event.__class__
+            try:
+                if kind is ScalarEvent:
+                    tally.values += 1
+                    value = _scalar(event)
+                    if event.anchor is not None:
+                        anchors[event.anchor] = (value, 1)
+                elif kind is MappingStartEvent or kind is SequenceStartEvent:
+                    tally.values += 1
+                    if stack and stack[-1].is_map and stack[-1].key is _NO_KEY:
+                        raise _EventError(
+                            "a mapping key must be a string, not a collection", at_mark=True
+                        )
+                    if len(stack) >= limits.depth:
+                        raise _EventError(f"nested deeper than {limits.depth} levels")
+                    frame = _Frame(kind is MappingStartEvent, event.anchor, tally.values)
+                    frame.is_set = _is_set(event.tag, frame.is_map)
+                    if event.anchor is not None:
+                        open_anchors.add(event.anchor)
+                    stack.append(frame)
+                    continue
+                elif kind is MappingEndEvent or kind is SequenceEndEvent:
+                    frame = stack.pop()
+                    value = _finish(frame)
+                    if frame.anchor is not None:
+                        open_anchors.discard(frame.anchor)
+                        anchors[frame.anchor] = (value, tally.values - frame.start + 1)
+                elif kind is AliasEvent:
+                    if event.anchor in open_anchors:
+                        raise _EventError("YAML alias refers to itself")
+                    if event.anchor not in anchors:
+                        raise _EventError(f"found undefined alias {event.anchor!r}", at_mark=True)
+                    value, size = anchors[event.anchor]
+                    aliased += size
+                    if aliased > limits.alias_nodes:
+                        raise _EventError(
+                            f"YAML aliases expand to more than {limits.alias_nodes} values"
+                        )
+                    tally.values += size
+                    if isinstance(value, dict | list):
+                        value = _copy(value, limits.depth - len(stack), limits.depth)
+                elif kind is DocumentEndEvent:
+                    return root
+                if tally.values > limits.values:
+                    _values_limit(f"{self.source.name}: document {self.read + 1}", limits)
+                if not stack:
+                    root = "<<" if value is _MERGE_KEY else value
+                    continue
+                top = stack[-1]
+                if top.is_map and top.key is _NO_KEY:
+                    top.key = value if value.__class__ is str else _key(value)
+                    if top.key in top.container:
+                        raise _EventError(f"duplicate key {top.key!r}", at_mark=True)
+                    continue
+                if value is _MERGE_KEY:  # `<<` that is not a key is text
+                    value = "<<"
+                if not top.is_map:
+                    top.container.append(value)
+                elif top.key is _MERGE_KEY:
+                    top.merges.extend(_merged(value))
+                else:
+                    top.container[top.key] = value
+                top.key = _NO_KEY
+            except _EventError as exc:
+                exc.mark = event.start_mark
+                raise
+
+
+def _where(mark: Any) -> str:
+    return f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+
+
+def _stack_path(stack: list[_Frame]) -> str:
+    path: list[str | int] = []
+    for frame in stack:
+        if not frame.is_map:
+            path.append(len(frame.container))
+        elif frame.key is _MERGE_KEY:
+            path.append("<<")
+        elif frame.key is not _NO_KEY:
+            path.append(frame.key)
+    return _join(path)
+
+
+def _is_set(tag: str | None, is_map: bool) -> bool:
+    """Whether a mapping is a `!!set`; a collection with any other tag than its own is
+    refused (`!!omap`, `!!pairs`, `!!python/...`, `!foo`)."""
+    if tag is None or tag == "!" or tag == (MAP if is_map else SEQ):
+        return False
+    if is_map and tag == SET:
+        return True
+    raise _EventError(
+        f"the tag {tag!r} is not supported on a {'mapping' if is_map else 'list'}", at_mark=True
+    )
+
+
+def _finish(frame: _Frame) -> Any:
+    container = frame.container
+    if frame.merges:  # the pairs of `<<: *base` first: the mapping's own keys override them
+        merged: dict[str, Any] = {}
+        for mapping in frame.merges:
+            merged.update(mapping)
+        merged.update(container)
+        container = merged
+    if frame.is_set:  # !!set: a mapping whose values are all null
+        return dict.fromkeys(sorted(container))
+    return container
+
+
+def _merged(value: Any) -> list[dict[str, Any]]:
+    """The mappings a `<<` value merges, in the order they apply (a later one wins)."""
+    if isinstance(value, dict):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, dict) for v in value):
+        return list(reversed(value))  # in `<<: [*a, *b]`, a's keys win over b's
+    raise _EventError("expected a mapping or list of mappings for merging", at_mark=True)
+
+
+def _key(value: Any) -> Any:
+    """A mapping key as the API server reads it: a JSON string (`1: x` is "1")."""
+    if isinstance(value, str) or value is _MERGE_KEY:
+        return value
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return str(value)
+    raise _EventError(f"a mapping key must be a string, not {type(value).__name__}", at_mark=True)
+
+
+def _copy(value: Any, levels: int, limit: int) -> Any:
+    """An independent copy of an aliased collection (the sanitizer may then edit one use
+    without the others), refused when it would nest deeper than the limit."""
+    if levels <= 0:
+        raise _EventError(f"nested deeper than {limit} levels")
+    if isinstance(value, dict):
+        return {
+            k: _copy(v, levels - 1, limit) if isinstance(v, dict | list) else v
+            for k, v in value.items()
+        }
+    return [_copy(v, levels - 1, limit) if isinstance(v, dict | list) else v for v in value]
+
+
+def _scalar(event: Any) -> Any:
+    """The JSON value of a scalar. Its tag decides the type: a plain scalar's is resolved as
+    YAML 1.1 resolves it (as PyYAML's safe loader did, and the API server's YAML reader)."""
+    value: str = event.value
+    tag = event.tag
+    if tag is None:
+        if not event.implicit[0]:  # quoted
+            return value
+        for candidate, pattern in _IMPLICIT.get(value[:1], ()):
+            if pattern.match(value):
+                tag = candidate
+                break
+        else:
+            return value
+        if tag == MERGE:
+            return _MERGE_KEY
+    elif tag == "!" or tag == STR:
+        return value
+    if tag == NULL:
+        return None
+    if tag in _TEXT_TAGS:
+        return value
+    constructor = _CONSTRUCTORS.get(tag)
+    if constructor is None:
+        raise _EventError(f"the tag {tag!r} is not supported on a scalar", at_mark=True)
+    return _typed(tag, value, constructor)
+
+
+def _typed(tag: str, value: str, constructor: Callable[[SafeConstructor, ScalarNode], Any]) -> Any:
+    if tag == INT and _decimal_digits(value) > _FLOAT_DIGITS:
+        raise _EventError(_out_of_range(value))
+    try:
+        result = constructor(_CONSTRUCTOR, ScalarNode(tag, value))
+    except (yaml.YAMLError, AttributeError, TypeError, ValueError, LookupError) as exc:
+        # PyYAML's constructors raise these for a value that does not fit its explicit tag
+        # (`!!timestamp` or `!!int` with no value, `!!int x`).
+        raise _EventError(f"a value does not fit its tag ({exc})", at_mark=True) from None
+    if isinstance(result, float) and not math.isfinite(result):
+        if value.lower().lstrip("+-") in (".inf", ".nan"):
+            raise _EventError(f"{result} is not a valid number")
+        raise _EventError(_out_of_range(value))
+    if isinstance(result, int) and not isinstance(result, bool) and not _fits_float(result):
+        raise _EventError(_out_of_range(value))
+    if isinstance(result, datetime.datetime):
+        return _rfc3339(result)
+    if isinstance(result, datetime.date):
+        return result.isoformat()
+    if isinstance(result, bytes):  # !!binary: the API holds bytes as base64 strings
+        return base64.b64encode(result).decode("ascii")
+    return result
+
+
+def _decimal_digits(value: str) -> int:
+    """The digits of a YAML 1.1 decimal integer (0 for the other bases: Python reads those at
+    any length, and _fits_float judges the result)."""
+    digits = value.replace("_", "").lstrip("+-")
+    if digits.startswith("0") or ":" in digits:
+        return 0
+    return len(digits)
 
 
 def _rfc3339(value: datetime.datetime) -> str:

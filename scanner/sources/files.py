@@ -6,14 +6,18 @@ at once; a loader that stopped at the first bad document would make users fix on
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import stat
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from gpu_audit.errors import InputError
+from gpu_audit.k8s.field_types import wrong_typed_fields
 from gpu_audit.k8s.kinds import (
     KNOWN_KINDS,
     resource_type,
@@ -24,9 +28,10 @@ from gpu_audit.snapshot import CollectionGap, Snapshot, SourceInfo
 from gpu_audit.sources.documents import (
     MIB,
     DocumentError,
+    LimitError,
     Limits,
-    check_json_depth,
-    normalize,
+    Source,
+    Tally,
     parse,
 )
 from gpu_audit.sources.snapshot_file import is_snapshot_document
@@ -49,53 +54,76 @@ class _Collected:
     objects: int = 0
 
 
-class _ObjectLimitError(Exception):
-    """The object limit is reached: nothing further is read."""
-
-
-def expand_paths(paths: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Files to read, in order, and problems with the given paths. Directories are walked
-    in sorted order; hidden files and folders inside them are skipped."""
+def expand_paths(paths: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
+    """Files to read, in order, problems with the given paths, and warnings about what a
+    directory holds but cannot be read. Directories are walked in sorted order; hidden files
+    and folders inside them are skipped, and so are the entries with a .yaml, .yml or .json
+    name that are no regular file (a FIFO, a socket, a device, a dangling link or a link
+    loop), with a warning each; links to directories are not followed, with a warning."""
     files: list[str] = []
     problems: list[str] = []
+    warnings: list[str] = []
     for raw in paths:
         if raw == STDIN:
             files.append(STDIN)
             continue
         path = Path(raw)
         if path.is_dir():
-            found = sorted(
-                p
-                for p in path.rglob("*")
-                if p.is_file()
-                and p.suffix.lower() in SUFFIXES
-                and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            )
+            found: list[Path] = []
+            for entry in sorted(path.rglob("*")):
+                if any(part.startswith(".") for part in entry.relative_to(path).parts):
+                    continue
+                skipped = _not_read(entry)
+                if skipped:
+                    warnings.append(f"{_display(str(entry))}: skipped: {skipped}")
+                elif entry.suffix.lower() in SUFFIXES and entry.is_file():
+                    found.append(entry)
             if not found:
-                problems.append(f"{raw}: directory has no .yaml, .yml or .json files")
+                problems.append(f"{_display(raw)}: directory has no .yaml, .yml or .json files")
             files.extend(str(p) for p in found)
         elif path.is_file():
             files.append(raw)
         elif path.exists():
-            problems.append(f"{raw}: not a regular file or directory")
+            problems.append(f"{_display(raw)}: not a regular file or directory")
         else:
-            problems.append(f"{raw}: no such file or directory")
-    return files, problems
+            problems.append(f"{_display(raw)}: no such file or directory")
+    return files, problems, warnings
 
 
-def _documents(name: str, text: str, limits: Limits) -> Iterator[tuple[int, Any]]:
-    """(index, normalized document) of every non-empty document; a document that cannot be a
-    Kubernetes object is an InputError naming it, and the next ones are still read."""
-    is_json = name.lower().endswith(".json") or text.lstrip().startswith(("{", "["))
+def _not_read(entry: Path) -> str | None:
+    """Why a directory entry that could hold manifests is not read; None for a regular file
+    or a directory, and for other names (notes.txt)."""
+    try:
+        mode = entry.lstat().st_mode
+    except OSError as exc:
+        return f"cannot read: {exc.strerror}"
+    if stat.S_ISLNK(mode):
+        try:
+            mode = entry.stat().st_mode
+        except OSError as exc:  # a dangling link, or a loop of links
+            return f"a symbolic link that leads nowhere ({exc.strerror})"
+        if stat.S_ISDIR(mode):
+            return "a symbolic link to a directory (not followed)"
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or entry.suffix.lower() not in SUFFIXES:
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO, not a regular file"
+    if stat.S_ISSOCK(mode):
+        return "a socket, not a regular file"
+    return "not a regular file"
+
+
+def _documents(source: Source, limits: Limits, tally: Tally) -> Iterator[tuple[int, Any]]:
+    """(index, document) of every non-empty document; a document that cannot be a Kubernetes
+    object is an InputError naming it, raised once the next ones are read."""
+    is_json = source.name.lower().endswith(".json") or source.starts_like_json()
     problems: list[str] = []
     try:
-        for index, raw in parse(name, text, is_json):
-            if raw is None:  # an empty document between two `---`
-                continue
-            try:
-                yield index, check_json_depth(raw, limits) if is_json else normalize(raw, limits)
-            except DocumentError as exc:
-                problems.append(f"{name}: document {index + 1}: {exc}")
+        for index, document in parse(source, is_json, limits, tally):
+            if isinstance(document, DocumentError):
+                problems.append(f"{source.name}: document {index + 1}: {document}")
+            else:
+                yield index, document
     except InputError as exc:
         problems.extend(exc.problems)
     if problems:
@@ -111,7 +139,7 @@ def _add_object(out: _Collected, obj: Any, name: str, doc: int, item: int | None
     where = _describe(name, doc, item)
     out.objects += 1
     if out.objects > out.limits.objects:
-        raise _ObjectLimitError(
+        raise LimitError(
             f"{where}: more than {out.limits.objects} documents and objects in the input (the object limit); "
             "scan it in parts"
         )
@@ -168,6 +196,7 @@ def _add_object(out: _Collected, obj: Any, name: str, doc: int, item: int | None
         out.warnings.append(f"{where}: {ref} also in {first.source}; the first one is used")
         return
     out.resources[ref] = resource
+    out.warnings.extend(f"{where}: {ref}: {field}" for field in wrong_typed_fields(resource))
 
 
 def _add_snapshot_extras(out: _Collected, obj: dict[str, Any], where: str) -> None:
@@ -186,75 +215,88 @@ def _add_snapshot_extras(out: _Collected, obj: dict[str, Any], where: str) -> No
         out.details.update(source["details"])
 
 
-def _read(name: str, stdin: IO[str] | None, budget: int, limits: Limits) -> str:
-    """The text of a file or stdin, refused without reading it all when it is over budget."""
+@contextlib.contextmanager
+def _source(name: str, stdin: IO[str] | None, budget: int, limits: Limits) -> Iterator[Source]:
+    """A file or stdin as a Source: one over budget is refused before it is read, when its
+    size is known, and else as soon as the budget is passed."""
+    display = _display(name)
     too_big = (
-        f"{_display(name)}: larger than {_mib(limits.file_bytes)} (the input size limit)"
+        f"{display}: larger than {_mib(limits.file_bytes)} (the input size limit)"
         if budget >= limits.file_bytes
-        else f"{_display(name)}: the inputs together are larger than "
+        else f"{display}: the inputs together are larger than "
         f"{_mib(limits.total_bytes)} (the total input size limit)"
     )
     if name == STDIN:
-        stream = stdin if stdin is not None else sys.stdin
-        buffer = getattr(stream, "buffer", None)
-        if buffer is None:  # a text stream without bytes under it (StringIO)
-            text = stream.read(budget + 1)
-            if len(text) > budget:
-                raise InputError([too_big])
-            try:
-                data = text.encode("utf-8", "surrogateescape")
-            except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 text holds one
-                raise InputError([f"<stdin>: not UTF-8 text (character {exc.start})"]) from None
-        else:
-            data = buffer.read(budget + 1)
-    else:
-        try:
-            with Path(name).open("rb") as handle:
-                if os.fstat(handle.fileno()).st_size > budget:
-                    raise InputError([too_big])
-                data = handle.read(budget + 1)
-        except OSError as exc:
-            raise InputError([f"{name}: cannot read: {exc.strerror}"]) from None
-    if len(data) > budget:
+        yield Source(display, _stdin_bytes(stdin, budget, too_big), budget, too_big)
+        return
+    try:
+        handle = Path(name).open("rb")  # noqa: SIM115 - closed below, after the reading
+    except OSError as exc:
+        raise InputError([f"{display}: cannot read: {exc.strerror}"]) from None
+    with handle:
+        if os.fstat(handle.fileno()).st_size > budget:
+            raise InputError([too_big])
+        yield Source(display, handle, budget, too_big)
+
+
+def _stdin_bytes(stdin: IO[str] | None, budget: int, too_big: str) -> IO[bytes]:
+    stream = stdin if stdin is not None else sys.stdin
+    buffer = getattr(stream, "buffer", None)
+    if buffer is not None:
+        return cast(IO[bytes], buffer)
+    # A text stream without bytes under it (StringIO): its text, encoded back.
+    text = stream.read(budget + 1)
+    if len(text) > budget:
         raise InputError([too_big])
     try:
-        # utf-8-sig: a byte-order mark is allowed in YAML, and editors on Windows write one.
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError([f"{_display(name)}: not UTF-8 text (byte {exc.start})"]) from None
+        return io.BytesIO(text.encode("utf-8", "surrogateescape"))
+    except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 text holds one
+        raise InputError([f"<stdin>: not UTF-8 text (character {exc.start})"]) from None
 
 
 def _display(name: str) -> str:
-    return "<stdin>" if name == STDIN else name
+    """A path as messages and reports show it. Python holds the bytes of a file name that are
+    not UTF-8 as lone surrogates, which no UTF-8 report can hold: they are shown as
+    backslash escapes (`bad\\xff.yaml`)."""
+    if name == STDIN:
+        return "<stdin>"
+    if name.isascii():
+        return name
+    try:
+        return os.fsencode(name).decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that did not come from the file system
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _mib(size: int) -> str:
     return f"{size / MIB:g} MiB"
 
 
-def _capped(problems: list[str], limit: int) -> list[str]:
-    if len(problems) <= limit:
-        return problems
-    return [*problems[:limit], f"... and {len(problems) - limit} more problems"]
+def _capped(messages: list[str], limit: int, noun: str = "problems") -> list[str]:
+    if len(messages) <= limit:
+        return messages
+    return [*messages[:limit], f"... and {len(messages) - limit} more {noun}"]
 
 
 def load_files(
     paths: Sequence[str], stdin: IO[str] | None = None, limits: Limits = DEFAULT_LIMITS
 ) -> Snapshot:
     """Read every path into one snapshot. Raises InputError listing every problem found."""
-    files, problems = expand_paths(paths)
-    out = _Collected(problems=problems, limits=limits)
-    read = 0
+    files, problems, warnings = expand_paths(paths)
+    out = _Collected(problems=problems, warnings=warnings, limits=limits)
+    tally = Tally()
     for name in files:
-        display = _display(name)
+        budget = min(limits.file_bytes, limits.total_bytes - tally.bytes)
         try:
-            text = _read(name, stdin, min(limits.file_bytes, limits.total_bytes - read), limits)
-            read += len(text)
-            for doc, document in _documents(display, text, limits):
-                _add_object(out, document, display, doc, None)
+            with _source(name, stdin, budget, limits) as source:
+                try:
+                    for doc, document in _documents(source, limits, tally):
+                        _add_object(out, document, source.name, doc, None)
+                finally:
+                    tally.bytes += source.size
         except InputError as exc:
             out.problems.extend(exc.problems)
-        except _ObjectLimitError as exc:
+        except LimitError as exc:
             out.problems.append(str(exc))
             break
     if out.problems:
@@ -265,5 +307,7 @@ def load_files(
         out.resources.values(),
         available=present | out.available,
         gaps=out.gaps,
-        source=SourceInfo("files", inputs, tuple(out.warnings), out.details),
+        source=SourceInfo(
+            "files", inputs, tuple(_capped(out.warnings, limits.problems, "warnings")), out.details
+        ),
     )

@@ -4,10 +4,18 @@ The only module that talks to a cluster. It keeps raw JSON (no typed models: sev
 slower, and they change key case), pages every list, lists kinds concurrently with a bound,
 retries throttling and server errors under one overall deadline, and turns a 403 or a missing
 CRD into a recorded gap instead of an abort. Secrets are never listed.
+
+The deadline (`ListOptions.timeout`) is a real one: urllib3 retries nothing (only `_Client`
+does, and only while time is left), each request's connect and read timeouts are cut to the
+time left, and each request runs in a thread the caller waits for only until the deadline, so
+that neither a silent server nor one that trickles a byte a second (which no per-read timeout
+catches) holds the scan past it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import threading
 import time
@@ -22,7 +30,7 @@ from gpu_audit.k8s.kinds import (
     KindInfo,
 )
 from gpu_audit.model import ObjRef, Resource, SourceLocation
-from gpu_audit.redact import sanitize
+from gpu_audit.redact import redact_text, sanitize
 from gpu_audit.snapshot import (
     API_NOT_SERVED,
     CRD_NOT_INSTALLED,
@@ -34,6 +42,8 @@ from gpu_audit.snapshot import (
 NEVER_LISTED = frozenset({"Secret"})
 RETRYABLE = frozenset({429, 500, 502, 503, 504})
 MAX_LIST_RESTARTS = 3
+CONNECT_TIMEOUT_S = 10.0  # TCP and TLS handshake of one request, at most
+READ_TIMEOUT_S = 30.0  # silence within one request's answer, at most
 LIVE_SOURCE = SourceLocation("")
 
 
@@ -73,13 +83,89 @@ class _HttpError(Exception):
         self.status = status
 
 
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    status: int
+    reason: str
+    headers: Any
+    body: bytes
+
+
+class _Exchange(threading.Thread):
+    """One request and its whole answer, in a daemon thread that the caller waits for only
+    until the deadline. Per-read timeouts cannot end a server that sends a byte a second, and
+    nothing bounds a name lookup; a thread can be left behind instead. When the caller gives up
+    it shuts down the socket of an answer being read (which ends the thread at once); a thread
+    still connecting or reading headers ends at its own timeouts (or, for headers trickled a
+    byte at a time, when the server stops), and a daemon thread never delays the exit."""
+
+    def __init__(self, send: Callable[[], Any]) -> None:
+        super().__init__(name="gpu-audit-request", daemon=True)
+        self._send = send
+        self._response: Any = None  # urllib3's, once the headers are in
+        self._reply: _Reply | None = None
+        self._error: Exception | None = None
+
+    def run(self) -> None:
+        try:
+            response = self._send()
+            self._response = response.response
+            self._reply = _Reply(
+                response.status, str(response.reason), response.headers, response.read()
+            )
+        except Exception as exc:  # raised again in the caller's thread by `reply`
+            self._error = exc
+
+    def reply(self, deadline: float) -> _Reply | None:
+        """The answer, None if it was not complete by the deadline, or the request's error."""
+        self.join(max(0.0, deadline - time.monotonic()))
+        if self.is_alive():
+            with contextlib.suppress(AttributeError, ValueError, RuntimeError, OSError):
+                self._response.shutdown()  # urllib3 >= 2.3; None before the headers
+            return None
+        if self._error is not None:
+            raise self._error
+        return self._reply
+
+
 @dataclass
 class _Client:
     """GET/POST raw JSON through the kubernetes client's configured transport and auth."""
 
     api: Any
     deadline: float
-    request_timeout: float = 30.0
+
+    def _send(
+        self, method: str, path: str, query: list[tuple[str, str]], body: Any, remaining: float
+    ) -> _Reply | None:
+        """One request, its connect and read timeouts cut to the time left; None when no
+        complete answer came by the deadline."""
+        # kubernetes >= 35 (openapi-generator 7): param_serialize builds the URL and auth
+        # headers, call_api sends it and returns the response without raising on an error
+        # status.
+        _, url, headers, data, _ = self.api.param_serialize(
+            method,
+            path,
+            query_params=query,
+            header_params={"Accept": "application/json", "Content-Type": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        exchange = _Exchange(
+            functools.partial(
+                self.api.call_api,
+                method,
+                url,
+                header_params=headers,
+                body=data,
+                _request_timeout=(
+                    min(CONNECT_TIMEOUT_S, remaining),
+                    min(READ_TIMEOUT_S, remaining),
+                ),
+            )
+        )
+        exchange.start()
+        return exchange.reply(self.deadline)
 
     def _call(self, method: str, path: str, query: list[tuple[str, str]], body: Any) -> Any:
         from kubernetes.client.exceptions import ApiException
@@ -91,37 +177,19 @@ class _Client:
             if remaining <= 0:
                 raise TimeoutError(f"timed out ({method} {path})")
             try:
-                # kubernetes >= 35 (openapi-generator 7): param_serialize builds the URL and
-                # auth headers, call_api sends it and returns the response without raising on
-                # an error status.
-                _, url, headers, data, _ = self.api.param_serialize(
-                    method,
-                    path,
-                    query_params=query,
-                    header_params={
-                        "Accept": "application/json",
-                        "Content-Type": "application/json",
-                    },
-                    body=body,
-                    auth_settings=["BearerToken"],
-                )
-                response = self.api.call_api(
-                    method,
-                    url,
-                    header_params=headers,
-                    body=data,
-                    _request_timeout=min(self.request_timeout, remaining),
-                )
-                raw = response.read()
-                if 200 <= response.status <= 299:
-                    return json.loads(raw)
-                if response.status not in RETRYABLE:
-                    raise _HttpError(response.status, str(response.reason))
-                failure = _Failure(f"HTTP {response.status}", _retry_after(response.headers))
+                reply = self._send(method, path, query, body, remaining)
+                if reply is not None and 200 <= reply.status <= 299:
+                    return json.loads(reply.body)
             except ApiException as exc:  # status 0: TLS failure, or a request it cannot build
                 raise _HttpError(exc.status or 0, str(exc.reason).splitlines()[-1]) from None
             except (Urllib3Error, OSError, json.JSONDecodeError) as exc:
                 failure = _Failure(type(exc).__name__)
+            else:
+                if reply is None:
+                    raise TimeoutError(f"no complete answer by the deadline ({method} {path})")
+                if reply.status not in RETRYABLE:
+                    raise _HttpError(reply.status, reply.reason)
+                failure = _Failure(f"HTTP {reply.status}", _retry_after(reply.headers))
             attempt += 1
             pause = (
                 failure.retry_after
@@ -185,7 +253,11 @@ def _api_client(connection: Connection) -> tuple[Any, str, str]:
             "in-cluster service account" if in_cluster else (connection.kubeconfig or "kubeconfig")
         )
         raise LiveError(f"cannot load {where}: {exc}") from None
-    return client.ApiClient(configuration), configuration.host, context
+    # urllib3 would retry a timed-out GET three times, each with the whole timeout: _Client
+    # retries instead, and only while the deadline leaves time.
+    configuration.retries = False
+    # The server URL is shown in messages and the report: without userinfo, if it has any.
+    return client.ApiClient(configuration), redact_text(configuration.host), context
 
 
 @dataclass
@@ -338,8 +410,8 @@ def collect(
     progress: Progress | None = None,
 ) -> Snapshot:
     """List every wanted resource type into a snapshot; raise LiveError if none can be."""
-    api, host, context = _api_client(connection)
     deadline = time.monotonic() + options.timeout
+    api, host, context = _api_client(connection)
     client, server_version = _connect(api, host, deadline)
     out = _Collection()
     wanted: list[KindInfo] = []

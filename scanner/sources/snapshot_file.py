@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gpu_audit.redact import redact_text, redact_tree, snapshot_object
 from gpu_audit.snapshot import Snapshot
 
 API_VERSION = "gpu-audit.io/v1"
@@ -24,18 +25,18 @@ def is_snapshot_document(document: Any) -> bool:
 
 
 def snapshot_document(snapshot: Snapshot) -> dict[str, Any]:
+    """The file's content, through gpu_audit.redact: objects without credentials or the
+    annotations no check reads (see snapshot_object), source details and gaps redacted."""
     source = snapshot.source
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "source": {
-            "type": source.kind,
-            "inputs": list(source.inputs),
-            "details": dict(source.details),
-        },
+        "source": redact_tree(
+            {"type": source.kind, "inputs": list(source.inputs), "details": dict(source.details)}
+        ),
         "available": sorted(snapshot.available),
-        "gaps": [{"type": g.type, "reason": g.reason} for g in snapshot.gaps],
-        "items": [dict(r.raw) for r in snapshot.all()],
+        "gaps": [{"type": g.type, "reason": redact_text(g.reason)} for g in snapshot.gaps],
+        "items": [snapshot_object(r.raw) for r in snapshot.all()],
     }
 
 

@@ -134,6 +134,7 @@ def test_generic_ephemeral_and_read_only_claims_are_not_durable() -> None:
         terminationGracePeriodSeconds=120,
         volumes=volumes,
     )
+    # Medium: the spot opt-in is the evidence; high needs a pod already disrupted.
     assert verdicts_of("GPU-DIST-005", [job("trainer", spot)]) == [
-        ("Job ml/trainer", Outcome.FAIL, Severity.HIGH)
+        ("Job ml/trainer", Outcome.FAIL, Severity.MEDIUM)
     ]

@@ -38,6 +38,18 @@ def test_credential_values_never_appear_in_results() -> None:
         assert all(secret not in v for v in finding.result.fix.values())
 
 
+def test_template_placeholder_credentials_are_low() -> None:
+    # lws docs/examples/vllm: `value: $HUGGING_FACE_HUB_TOKEN`, meant to be filled in. Nothing
+    # leaks yet (low); the loader's redaction marker still stands for a real literal (high).
+    env = [
+        {"name": "HUGGING_FACE_HUB_TOKEN", "value": "$HUGGING_FACE_HUB_TOKEN"},
+        {"name": "NGC_API_KEY", "value": "<redacted>"},
+    ]
+    server = container("vllm/vllm-openai:v0.8.5", name="c", gpus=None, env=env)
+    run = run_check_on("GPU-SEC-001", [pod("p", pod_spec(server))], redact=False)
+    assert sorted(f.severity.value for f in run.findings) == ["high", "low"]
+
+
 # --------------------------------------------------------------------------- GPU-NET-001
 
 TRAINER = pod("train", pod_spec(container(PYTORCH_IMAGE, name="t")))
@@ -52,4 +64,7 @@ def test_egress_empty_list_without_policy_types_does_not_isolate() -> None:
 def test_udp_port_range_covers_dns() -> None:
     ports = [{"protocol": "UDP", "port": 1, "endPort": 1024}, {"protocol": "TCP", "port": 53}]
     policy = network_policy("np", podSelector={}, policyTypes=["Egress"], egress=[{"ports": ports}])
-    assert verdicts_of("GPU-NET-001", [policy, TRAINER]) == [("Pod ml/train", Outcome.PASS, None)]
+    # The verdict is on the policy (the object a finding would ask to change).
+    assert verdicts_of("GPU-NET-001", [policy, TRAINER]) == [
+        ("NetworkPolicy ml/np", Outcome.PASS, None)
+    ]

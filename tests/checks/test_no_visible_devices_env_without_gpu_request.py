@@ -34,5 +34,6 @@ def test_gpu_container_hard_coding_the_variable_is_medium() -> None:
 
 def test_toolkit_mitigation_lowers_severity() -> None:
     assert _severities("fail-mitigated-cluster-is-low.yaml") == {
-        "Deployment data/etl": Severity.LOW
+        "Deployment data/etl": Severity.LOW,
+        "Deployment serving/llm": Severity.LOW,
     }

@@ -100,7 +100,8 @@ def test_spread_patch_path_points_into_a_volcano_task() -> None:
 
 def _unschedulable(name: str, owner: Doc | None = None) -> Doc:
     """A one-GPU vLLM pod of namespace ml that the scheduler found no node for, controlled by
-    `owner` (kind and name) when given."""
+    `owner` (kind and name) when given. Short of GPUs with no node status in the input, so it
+    is reported medium: whether a node could ever hold it is unknown."""
     metadata: Doc = {}
     if owner:
         metadata["ownerReferences"] = [
@@ -131,7 +132,7 @@ def _event(pod: str, reason: str, time: str) -> Doc:
 def test_pending_pod_without_its_controller_names_the_controller() -> None:
     pending = _unschedulable("llm-7d9-abc", {"kind": "ReplicaSet", "name": "llm-7d9"})
     run = run_check_on("GPU-SCHED-005", [pending])
-    assert verdicts(run) == [("Pod ml/llm-7d9-abc", Outcome.FAIL, Severity.HIGH)]
+    assert verdicts(run) == [("Pod ml/llm-7d9-abc", Outcome.FAIL, Severity.MEDIUM)]
     assert "(controlled by ReplicaSet llm-7d9)" in run.results[0].message
 
 
@@ -149,8 +150,9 @@ def test_pending_pods_of_one_controller_are_one_finding() -> None:
     run = run_check_on(
         "GPU-SCHED-005", [replica_set, _unschedulable("p1", ref), _unschedulable("p2", ref)]
     )
-    assert verdicts(run) == [("ReplicaSet ml/llm-7d9", Outcome.FAIL, Severity.HIGH)]
+    assert verdicts(run) == [("ReplicaSet ml/llm-7d9", Outcome.FAIL, Severity.MEDIUM)]
     assert "2 GPU pods Pending unschedulable" in run.results[0].message
+    assert {r.ref.name for r in run.results[0].related} == {"p1", "p2"}
 
 
 def test_karpenter_nomination_after_the_failure_is_not_flagged() -> None:
@@ -165,7 +167,7 @@ def test_karpenter_nomination_after_the_failure_is_not_flagged() -> None:
         _event("refailed", "FailedScheduling", "2026-12-02T10:00:00Z"),
     ]
     assert verdicts_of("GPU-SCHED-005", failed_then_nominated + nominated_then_failed) == [
-        ("Pod ml/refailed", Outcome.FAIL, Severity.HIGH)
+        ("Pod ml/refailed", Outcome.FAIL, Severity.MEDIUM)
     ]
 
 

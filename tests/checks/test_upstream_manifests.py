@@ -126,8 +126,8 @@ def upstream_files() -> Iterator[Path]:
 # --------------------------------------------------------------------------- expected findings
 
 NO_CRITICAL_PRIORITY = (
-    "runs an NVIDIA node agent without priorityClassName system-node-critical, so it is evicted "
-    "or preempted before the GPU pods it serves"
+    "runs an NVIDIA node agent without priorityClassName system-node-critical, so it can be "
+    "evicted or preempted before higher-priority pods on its nodes"
 )
 # Upstream's static GFD DaemonSets set no priority class (the plugin's and the operator's do).
 GFD_STATIC = {("GPU-STACK-010", f"DaemonSet default/gpu-feature-discovery {NO_CRITICAL_PRIORITY}")}

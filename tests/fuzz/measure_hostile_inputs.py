@@ -3,8 +3,11 @@
     python tests/fuzz/measure_hostile_inputs.py [--dir /tmp/gpu-audit-hostile]
 
 Generates the inputs under --dir (never in the repository): a 1 GiB file, the same on stdin,
-a million tiny documents, and realistic Pod dumps of growing size; runs each scan in its own
-process and prints exit code, seconds and peak RSS. Several GB of disk, a few minutes.
+a million tiny documents, Pod dumps of growing size, a 10,000-pod cluster of
+benchmarks/generate.py as `kubectl get -o json` and `-o yaml` print it, 10 and 40 MiB of
+`a: b` lines, and the shapes that cost the most memory per byte; runs each scan in its own
+process and prints exit code, seconds, peak RSS and peak RSS per MiB of input. Several GB of
+disk, a few minutes.
 """
 
 from __future__ import annotations
@@ -72,7 +75,41 @@ def _generate(directory: Path) -> list[tuple[str, Path, bool]]:
             if not path.exists():
                 _write_pods(path, count, fmt)
             cases.append((f"{count} Pods as {fmt}", path, False))
+    cases.extend(_cluster_dumps(directory))
+    # One line repeated: (label, file, line, MiB). The last three cost the most per byte.
+    repeated = [
+        ("`a: b` lines", "ab-10.yaml", "a: b\n", 10),
+        ("`a: b` lines", "ab-40.yaml", "a: b\n", 40),
+        ("YAML `- {}` lines", "maps-10.yaml", "- {}\n", 10),
+        ("JSON `[{}, ...]`", "maps-10.json", "{},", 10),
+        ("JSON `[[], ...]`", "lists-10.json", "[],", 10),
+    ]
+    for label, name, repeated_line, mib in repeated:
+        path = directory / name
+        if not path.exists():
+            text = repeated_line * (mib * 1024**2 // len(repeated_line))
+            path.write_text(f"[{text[:-1]}]" if name.endswith(".json") else text)
+        cases.append((f"{mib} MiB of {label}", path, False))
     return cases
+
+
+def _cluster_dumps(directory: Path) -> list[tuple[str, Path, bool]]:
+    """The 10,000-pod cluster of benchmarks/generate.py as JSON, and the same as block YAML
+    (the layout of `kubectl get -o yaml`). Both are written by child processes: a scan forked
+    from a process that once held the dump would inherit its peak RSS (ru_maxrss survives
+    fork and exec)."""
+    as_json, as_yaml = directory / "cluster-10k.json", directory / "cluster-10k.yaml"
+    if not as_yaml.exists():
+        generate = Path(__file__).resolve().parents[2] / "benchmarks" / "generate.py"
+        command = [sys.executable, str(generate), "--pods", "10000", "--output", str(as_json)]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        convert = (
+            "import json, sys, yaml\n"
+            "with open(sys.argv[2], 'w') as out:\n"
+            "    yaml.dump(json.load(open(sys.argv[1])), out, Dumper=yaml.CSafeDumper)\n"
+        )
+        subprocess.run([sys.executable, "-c", convert, str(as_json), str(as_yaml)], check=True)
+    return [("10,000-pod cluster, JSON", as_json, False), ("the same as YAML", as_yaml, False)]
 
 
 def _run(path: Path, stdin: bool) -> tuple[int, float, float, str]:
@@ -102,7 +139,10 @@ def main() -> int:
     for label, path, stdin in _generate(args.dir):
         code, seconds, rss, last = _run(path, stdin)
         size = path.stat().st_size / 1024**2
-        print(f"{label:28} {size:8.0f} MiB  exit {code}  {seconds:6.1f} s  {rss:7.0f} MiB RSS")
+        print(
+            f"{label:28} {size:8.0f} MiB  exit {code}  {seconds:6.1f} s  {rss:7.0f} MiB RSS"
+            f"  {rss / size:5.1f} per MiB"
+        )
         if last:
             print(f"{'':30}{last[:150]}")
     return 0

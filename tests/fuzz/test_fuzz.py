@@ -1,8 +1,10 @@
-"""Property tests: hostile text and wrong-typed objects through the loader and the full scan.
+"""Property tests: hostile text and objects through the loader and the full scan.
 
 The seeds are the repository's own fixtures (every check has pass and fail cases there, so every
-check meets objects it applies to). The properties: the loader either reads the input or raises
-InputError naming it, and then every check runs without raising, and the report renders.
+check meets objects it applies to), cut and corrupted, with fields of the wrong type, numbers of
+any size, text of every Unicode category (surrogates included) in any string or key, and under
+file names of any bytes. The properties: the loader either reads the input or raises InputError
+naming it, and then every check runs without raising, and every renderer's report is UTF-8.
 
 In the test suite each property runs `GPU_AUDIT_FUZZ_EXAMPLES` (default 150) derandomized
 examples; `make fuzz` (tests/fuzz/run_fuzz.py) runs them with many more.
@@ -14,7 +16,9 @@ import copy
 import datetime as dt
 import io
 import json
+import math
 import os
+import tempfile
 from collections import Counter
 from functools import cache
 from pathlib import Path
@@ -33,6 +37,12 @@ from gpu_audit.report import build_report
 from gpu_audit.reports import RENDERERS
 from gpu_audit.snapshot import Snapshot
 from gpu_audit.sources.files import STDIN, load_files
+
+# The Unicode general categories: a string of any one of them, surrogates (Cs) included.
+CATEGORIES: tuple[Any, ...] = (
+    "Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "Nd", "Nl", "No", "Pc", "Pd", "Ps", "Pe",
+    "Pi", "Pf", "Po", "Sm", "Sc", "Sk", "So", "Zs", "Zl", "Zp", "Cc", "Cf", "Cs", "Co", "Cn",
+)  # fmt: skip
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 TODAY = dt.date(2026, 1, 1)  # exemption expiry is judged on a fixed day: runs are reproducible
@@ -96,12 +106,20 @@ def fixture_files() -> tuple[Path, ...]:
 
 
 @cache
+def fixture_objects(path: Path) -> tuple[dict[str, Any], ...] | None:
+    """The objects of a fixture file as plain JSON data; None for a file that holds no
+    Kubernetes objects (fixtures/secrets/planted.yaml lists planted values)."""
+    try:
+        snapshot = load_files([str(path)])
+    except InputError:
+        return None
+    return tuple(json.loads(json.dumps(dict(r.raw))) for r in snapshot.all())
+
+
+@cache
 def fixture_groups() -> tuple[tuple[dict[str, Any], ...], ...]:
-    """The objects of each fixture file, as plain JSON data."""
-    return tuple(
-        tuple(json.loads(json.dumps(dict(r.raw))) for r in load_files([str(path)]).all())
-        for path in fixture_files()
-    )
+    """The objects of each fixture file that holds Kubernetes objects."""
+    return tuple(g for g in map(fixture_objects, fixture_files()) if g is not None)
 
 
 def load_or_reject(data: bytes) -> Snapshot | None:
@@ -125,7 +143,7 @@ def full_scan(snapshot: Snapshot, case: int) -> None:
     document = build_report(snapshot, runs, exemptions=exemptions)
     for name, renderer in RENDERERS.items():
         if name == "json" or case % RENDER_ALL_EVERY == 1:
-            renderer.render(document, False)
+            renderer.render(document, False).encode("utf-8")  # no lone surrogate got through
 
 
 # --------------------------------------------------------------------------- strategies
@@ -149,29 +167,38 @@ wrong_values = st.one_of(
 )
 
 
-def _mutate(draw: st.DrawFn, obj: dict[str, Any]) -> None:
-    """Walk down from `obj` to one field and replace it, delete it or wrap it in a list."""
+def _field(draw: st.DrawFn, obj: dict[str, Any]) -> tuple[Any, Any, tuple[Any, ...]] | None:
+    """A field of `obj` drawn by walking down from the top: (its container, its key, the
+    path to the container); None when only identity fields are left."""
     node: Any = obj
     path: tuple[Any, ...] = ()
     while True:
         keys = list(range(len(node))) if isinstance(node, list) else sorted(node)
         keys = [k for k in keys if (*path, k) not in IDENTITY]
         if not keys:
-            return
+            return None
         key = draw(st.sampled_from(keys))
         child = node[key]
         descend = isinstance(child, dict | list) and child
         if descend and ((*path, key) == ("metadata",) or draw(st.integers(0, 3)) > 0):
             node, path = child, (*path, key)
             continue
-        action = draw(st.sampled_from(("replace", "replace", "delete", "wrap")))
-        if action == "delete" and (*path, key) != ("metadata",):
-            del node[key]
-        elif action == "wrap":
-            node[key] = [child]
-        else:  # a copy: WRONG_VALUES must not change under a later mutation
-            node[key] = copy.deepcopy(draw(wrong_values))
+        return node, key, path
+
+
+def _mutate(draw: st.DrawFn, obj: dict[str, Any]) -> None:
+    """Replace one field of `obj`, delete it or wrap it in a list."""
+    found = _field(draw, obj)
+    if found is None:
         return
+    node, key, path = found
+    action = draw(st.sampled_from(("replace", "replace", "delete", "wrap")))
+    if action == "delete" and (*path, key) != ("metadata",):
+        del node[key]
+    elif action == "wrap":
+        node[key] = [node[key]]
+    else:  # a copy: WRONG_VALUES must not change under a later mutation
+        node[key] = copy.deepcopy(draw(wrong_values))
 
 
 @st.composite
@@ -192,8 +219,8 @@ def hostile_text(draw: st.DrawFn) -> bytes:
     """A fixture file (as YAML or as a JSON List) cut, spliced and corrupted."""
     path = draw(st.sampled_from(fixture_files()))
     data = _seed_text(path)
-    if draw(st.booleans()):
-        items = [dict(r.raw) for r in load_files([str(path)]).all()]
+    items = fixture_objects(path)
+    if items is not None and draw(st.booleans()):
         data = json.dumps({"apiVersion": "v1", "kind": "List", "items": items}).encode()
     for _ in range(draw(st.integers(1, 4))):
         at = draw(st.integers(0, len(data)))
@@ -240,3 +267,120 @@ def test_every_check_survives_wrong_typed_fields(objects: list[dict[str, Any]], 
     snapshot = load_or_reject(data)
     assert snapshot is not None, "the loader rejected objects whose identity fields are intact"
     full_scan(snapshot, CASES["wrong-typed objects"])
+
+
+# --------------------------------------------------------------------------- numbers, text, names
+
+NUMBER = "gpu-audit-fuzz-number"  # a placeholder no fixture holds, replaced in the JSON text
+
+
+@st.composite
+def number_literals(draw: st.DrawFn) -> str:
+    """A JSON number of any size: up to 6,000 digits, exponents far past a float64's."""
+    digits = draw(
+        st.one_of(
+            st.integers(0, 10**30).map(str),
+            st.integers(300, 6000).map(lambda n: "9" * n),
+            st.text("0123456789", min_size=1, max_size=400).map(lambda t: t.lstrip("0") or "0"),
+        )
+    )
+    fraction = draw(st.sampled_from(("", ".5", ".000001", ".99999999999999999999")))
+    exponent = draw(st.one_of(st.just(""), st.integers(-5000, 5000).map(lambda n: f"e{n:+d}")))
+    return draw(st.sampled_from(("", "-"))) + digits + fraction + exponent
+
+
+@st.composite
+def objects_with_a_number(draw: st.DrawFn) -> tuple[list[dict[str, Any]], str]:
+    objects = copy.deepcopy(list(draw(st.sampled_from(fixture_groups()))))
+    obj = draw(st.sampled_from(objects))
+    node, key, _ = _field(draw, obj) or (obj, "number", ())  # metadata holds only identity
+    node[key] = NUMBER
+    return objects, draw(number_literals())
+
+
+@FUZZ
+@given(objects_with_a_number())
+def test_json_numbers_of_any_size(case: tuple[list[dict[str, Any]], str]) -> None:
+    CASES["JSON numbers of any size"] += 1
+    objects, number = case
+    document = {"apiVersion": "v1", "kind": "List", "items": objects}
+    data = json.dumps(document).replace(f'"{NUMBER}"', number).encode()
+    snapshot = load_or_reject(data)
+    # The API server reads a number as an int64 or a float64, and refuses one neither holds.
+    assert (snapshot is not None) == math.isfinite(float(number)), number
+    if snapshot is not None:
+        full_scan(snapshot, CASES["JSON numbers of any size"])
+
+
+def _string_sites(value: Any, path: tuple[Any, ...], out: list[tuple[Any, Any, bool]]) -> None:
+    """Every string value and every mapping key of `value` but the identity fields, as
+    (container, key, whether the key itself is the site)."""
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in list(items):
+        if (*path, key) in IDENTITY:
+            continue
+        if isinstance(value, dict) and (*path, key) != ("metadata",):
+            out.append((value, key, True))
+        if isinstance(item, str):
+            out.append((value, key, False))
+        elif isinstance(item, dict | list):
+            _string_sites(item, (*path, key), out)
+
+
+@st.composite
+def objects_with_any_text(draw: st.DrawFn) -> tuple[list[dict[str, Any]], str]:
+    objects = copy.deepcopy(list(draw(st.sampled_from(fixture_groups()))))
+    category = draw(st.sampled_from((*CATEGORIES, "Cs", "Cs", "Cs")))  # surrogates more often
+    text = draw(st.text(st.characters(categories=[category]), min_size=1, max_size=8))
+    text = draw(st.sampled_from(("", "x"))) + text + draw(st.sampled_from(("", "y")))
+    sites: list[tuple[Any, Any, bool]] = []
+    _string_sites(draw(st.sampled_from(objects)), (), sites)
+    if sites:
+        container, key, is_key = draw(st.sampled_from(sites))
+        if is_key:
+            container[text] = container.pop(key)
+        else:
+            container[key] = text
+    return objects, text
+
+
+@FUZZ
+@given(objects_with_any_text(), st.sampled_from(("json", "json-raw", "yaml")))
+def test_any_unicode_in_every_string_field(
+    case: tuple[list[dict[str, Any]], str], fmt: str
+) -> None:
+    CASES["text of every Unicode category"] += 1
+    objects, text = case
+    document = {"apiVersion": "v1", "kind": "List", "items": objects}
+    if fmt == "yaml":
+        data = yaml.safe_dump(document, allow_unicode=True).encode("utf-8", "surrogatepass")
+    else:  # surrogates as \u escapes, or (raw) as the bytes no UTF-8 decoder accepts
+        data = json.dumps(document, ensure_ascii=fmt == "json").encode("utf-8", "surrogatepass")
+    snapshot = load_or_reject(data)
+    has_surrogate = any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+    assert snapshot is not None or has_surrogate, "a string of real characters was refused"
+    if snapshot is not None:  # and no lone surrogate got in, to fail an encoder later
+        json.dumps([dict(r.raw) for r in snapshot.all()], ensure_ascii=False).encode("utf-8")
+        full_scan(snapshot, CASES["text of every Unicode category"])
+
+
+file_name_bytes = st.binary(min_size=1, max_size=60).filter(
+    lambda b: b"/" not in b and b"\0" not in b and not b.startswith(b".")
+)
+
+
+@FUZZ
+@given(file_name_bytes, file_name_bytes, st.sampled_from(fixture_groups()))
+def test_file_names_of_any_bytes(
+    folder: bytes, name: bytes, objects: tuple[dict[str, Any], ...]
+) -> None:
+    CASES["file names of any bytes"] += 1
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp) / os.fsdecode(folder)
+        directory.mkdir()
+        document = {"apiVersion": "v1", "kind": "List", "items": list(objects)}
+        (directory / os.fsdecode(name + b".json")).write_text(json.dumps(document))
+        snapshot = load_files([tmp])
+        for resource in snapshot.all():
+            resource.source.file.encode("utf-8")  # shown escaped, never as lone surrogates
+        full_scan(snapshot, CASES["file names of any bytes"])

@@ -8,9 +8,15 @@ with its headers, and replaces the answer of matching requests with a fault:
 * ``500`` / ``503``: a server error with a Kubernetes Status body;
 * ``reset``: the upstream status and headers, half the body, then a TCP reset;
 * ``stall``: no answer at all until the proxy stops (past any client timeout);
+* ``stall-body``: the upstream status and headers, half the body, then nothing until the proxy
+  stops;
+* ``trickle``: the upstream answer, status line and headers included, one byte every
+  ``TRICKLE_INTERVAL_S`` (a read never waits long enough for a per-read timeout to fire);
 * ``410``: Gone (an expired continue token), only for requests that carry ``continue=``.
 
 A rule fires ``times`` times (None: always); ``fired`` counts what was injected.
+
+``silent_server`` is no proxy: a TLS port that accepts connections and never says a word.
 """
 
 from __future__ import annotations
@@ -29,7 +35,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-FAULTS = ("429", "500", "503", "reset", "stall", "410")
+FAULTS = ("429", "500", "503", "reset", "stall", "stall-body", "trickle", "410")
+# Forwarded answers: the proxy fetches them upstream, then breaks them on the way back.
+BROKEN_ANSWERS = ("reset", "stall-body", "trickle")
+TRICKLE_INTERVAL_S = 1.0
 UPSTREAM_TIMEOUT_S = 60.0
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "upgrade", "proxy-connection"}
 
@@ -117,12 +126,16 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
             rule = proxy._take(self.command, self.path)
-            if rule is None or rule.fault == "reset":
+            if rule is None or rule.fault in BROKEN_ANSWERS:
                 status, headers, data = self._forward(body)
                 if rule is None:
                     self._answer(status, headers, data)
-                else:
+                elif rule.fault == "reset":
                     self._reset_mid_body(status, headers, data)
+                elif rule.fault == "stall-body":
+                    self._stall_mid_body(status, headers, data)
+                else:
+                    self._trickle(status, headers, data)
             elif rule.fault == "stall":
                 proxy.stopping.wait()
                 self.close_connection = True
@@ -157,13 +170,26 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _stall_mid_body(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
+            self.wfile.write(_head(status, headers, data) + data[: len(data) // 2])
+            self.wfile.flush()
+            proxy.stopping.wait()
+            self.close_connection = True
+
+        def _trickle(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
+            answer = _head(status, headers, data) + data
+            for index in range(len(answer)):
+                if proxy.stopping.wait(TRICKLE_INTERVAL_S):
+                    break
+                try:
+                    self.wfile.write(answer[index : index + 1])
+                    self.wfile.flush()
+                except OSError:  # the client gave up and closed the connection
+                    break
+            self.close_connection = True
+
         def _reset_mid_body(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
-            self.send_response(status)
-            for key, value in headers:
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data[: len(data) // 2])
+            self.wfile.write(_head(status, headers, data) + data[: len(data) // 2])
             self.wfile.flush()
             # SO_LINGER with a zero timeout: close() sends RST instead of FIN.
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -191,6 +217,17 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
     return Handler
+
+
+def _head(status: int, headers: list[tuple[str, str]], data: bytes) -> bytes:
+    """The status line and headers of an answer with this body, as bytes on the wire."""
+    lines = [
+        f"HTTP/1.1 {status} {http.client.responses.get(status, '')}",
+        *(f"{key}: {value}" for key, value in headers),
+        f"Content-Length: {len(data)}",
+        "Connection: close",
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 class _TLSServer(ThreadingHTTPServer):
@@ -228,3 +265,44 @@ def running_proxy(server: str, ca_file: str) -> Iterator[FaultProxy]:
         httpd.shutdown()
         httpd.server_close()
         thread.join(10)
+
+
+@dataclass
+class SilentServer:
+    port: int = 0
+    accepted: int = 0  # TCP connections taken (one per attempt: a client that retries shows)
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+
+@contextmanager
+def silent_server() -> Iterator[SilentServer]:
+    """A loopback port that accepts connections, reads nothing and never sends a byte (not
+    even its half of the TLS handshake), until it stops."""
+    silent = SilentServer()
+    stopping = threading.Event()
+    held: list[socket.socket] = []
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(0.1)
+        silent.port = int(listener.getsockname()[1])
+
+        def accept() -> None:
+            while not stopping.is_set():
+                try:
+                    connection, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                held.append(connection)
+                silent.accepted += 1
+
+        thread = threading.Thread(target=accept, name="silent-server", daemon=True)
+        thread.start()
+        try:
+            yield silent
+        finally:
+            stopping.set()
+            thread.join(10)
+            for connection in held:
+                connection.close()

@@ -41,7 +41,16 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = REPO_ROOT / "fixtures" / "clusters" / "sample"
 CHECK_FIXTURES = REPO_ROOT / "fixtures" / "checks"
 RBAC_FILE = REPO_ROOT / "deploy" / "rbac.yaml"
-EQUIVALENCE_DIRS = ("GPU-WL-001", "GPU-STACK-004", "GPU-MON-003")
+EQUIVALENCE_DIRS = (
+    "GPU-WL-001",
+    "GPU-STACK-004",
+    "GPU-MON-003",
+    # DRA (resource.k8s.io/v1) and the NVIDIA DRA driver's ComputeDomains
+    "GPU-SCHED-008",
+    "GPU-SCHED-009",
+    "GPU-SCHED-010",
+    "GPU-NODE-009",
+)
 SERVICE_MONITOR = "ServiceMonitor.monitoring.coreos.com"
 SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 MERGE_PATCH = "application/merge-patch+json"

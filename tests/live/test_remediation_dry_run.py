@@ -22,8 +22,10 @@ not a silently dropped no-op:
   the selectors match, `rollout restart TYPE -l SELECTOR` must match at least one object. `apply|create -f -` and `replace --force -f -`
   read the objects from a here-document; `replace --force` deletes then creates, so the object
   must exist, its deletion must be allowed, and the new object must be valid (created under a
-  new name: the dry-run deletion leaves the original in place). `helm` commands are only checked
-  to be well-formed: the charts they name are not available offline.
+  new name: the dry-run deletion leaves the original in place). `helm` commands and
+  `kubectl apply -n NS -f https://...` of a known upstream manifest are only checked to be
+  well-formed: the charts and URLs they name are not available offline (the manifest's
+  objects, kept in UPSTREAM_MANIFESTS, are created so the commands after it can be checked).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import contextlib
 import json
 import re
 import shlex
+import time
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -62,6 +65,7 @@ PATCH_TYPES = {"strategic": STRATEGIC_PATCH, "merge": MERGE_PATCH, "json": JSON_
 # Kinds whose pod template cannot be changed in place (the apiserver answers 422).
 IMMUTABLE_TEMPLATE_KINDS = frozenset({"Pod", "Job"})
 SERVER_FIELDS = ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation")
+RETRIES_429 = 10  # client-go's default for responses with Retry-After
 
 
 class KubeRequest(Protocol):
@@ -180,7 +184,16 @@ class Cluster:
     def call(
         self, method: str, path: str, body: Any = None, content_type: str = JSON
     ) -> tuple[int, Any]:
-        return self.request(method, path, body, content_type=content_type)
+        """One call, retried as kubectl (client-go) retries a 429 with Retry-After: the first
+        list of a custom resource answers "storage is (re)initializing" while its watch cache
+        fills."""
+        for _ in range(RETRIES_429):
+            status, reply = self.request(method, path, body, content_type=content_type)
+            if status != 429:
+                break
+            details = reply.get("details", {}) if isinstance(reply, dict) else {}
+            time.sleep(float(details.get("retryAfterSeconds", 1)))
+        return status, reply
 
     def ensure_namespace(self, name: str) -> None:
         if name:
@@ -431,6 +444,11 @@ class KubectlCall:
     def namespace(self) -> str:
         return self.flags.get("n") or self.flags.get("namespace") or ""
 
+    @property
+    def source(self) -> str:
+        """The -f/--filename argument: `-` (stdin), a path or a URL."""
+        return self.flags.get("f") or self.flags.get("filename") or ""
+
     def target(self, cluster: Cluster) -> tuple[ApiResource, str]:
         """(resource type, name) from `TYPE NAME` or `TYPE/NAME`."""
         first = self.args[0]
@@ -482,9 +500,7 @@ def parse_kubectl(words: list[str]) -> KubectlCall:
 
 def submit_manifests(cluster: Cluster, call: KubectlCall, line: str, stdin: str) -> None:
     """`kubectl apply|create|replace --force -f -` with the objects on stdin."""
-    assert call.flags.get("f", call.flags.get("filename")) == "-" and stdin, (
-        f"{line}: only a here-document on stdin can be checked"
-    )
+    assert call.source == "-" and stdin, f"{line}: only a here-document on stdin can be checked"
     for doc in (d for d in yaml.safe_load_all(stdin) if d is not None):
         api = cluster.discovery.of_object(doc)
         ns = str(doc["metadata"].get("namespace") or call.namespace or "default")
@@ -507,6 +523,55 @@ def submit_manifests(cluster: Cluster, call: KubectlCall, line: str, stdin: str)
         assert status == 201, f"{line}: HTTP {status}: {reply}"
 
 
+# Upstream manifests a remediation applies by URL, which cannot be fetched offline: the
+# objects that later commands of the same remediation change, as the manifest defines them
+# (trimmed to what the apiserver requires). NVIDIA/dcgm-exporter
+# deployment/examples/dcgm-exporter.yaml (at 8dc9e11b): its DaemonSet "dcgm-exporter", which
+# has no tolerations (the Service it also defines no command changes).
+DCGM_EXPORTER_LABELS = {"app.kubernetes.io/name": "dcgm-exporter"}
+UPSTREAM_MANIFESTS: dict[str, list[dict[str, Any]]] = {
+    "https://raw.githubusercontent.com/NVIDIA/dcgm-exporter/main/deployment/examples/"
+    "dcgm-exporter.yaml": [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "dcgm-exporter", "labels": DCGM_EXPORTER_LABELS},
+            "spec": {
+                "selector": {"matchLabels": DCGM_EXPORTER_LABELS},
+                "template": {
+                    "metadata": {"labels": DCGM_EXPORTER_LABELS},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "dcgm-exporter",
+                                "image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.1-4.8.4-distroless",
+                            }
+                        ]
+                    },
+                },
+            },
+        }
+    ]
+}
+
+
+def apply_upstream(
+    cluster: Cluster, seeded: Seeded, call: KubectlCall, line: str, stdin: str
+) -> None:
+    """`kubectl apply -n NS -f https://...` of a known upstream manifest: like `helm`, only the
+    form is checked (the verb, the URL as the only source, the namespace its objects land in);
+    the manifest's objects are then created for real (and deleted with the fixture's) so the
+    commands after it are dry-run against them."""
+    assert not stdin and not call.args, f"{line}: -f URL must be the only source"
+    assert call.namespace, f"{line}: no -n/--namespace for the manifest's objects"
+    assert call.source in UPSTREAM_MANIFESTS, f"{line}: not a known upstream manifest"
+    for obj in UPSTREAM_MANIFESTS[call.source]:
+        status, reply = cluster.apply(obj, dry_run=False, namespace=call.namespace)
+        assert status in (200, 201), f"{line}: {obj['kind']}: HTTP {status}: {reply}"
+        meta = reply["metadata"]
+        seeded.accepted[(reply["kind"], meta["namespace"], meta["name"])] = reply
+
+
 # What `kubectl rollout restart` sends: a new pod-template annotation.
 RESTART_PATCH = {
     "spec": {
@@ -519,19 +584,26 @@ RESTART_PATCH = {
 }
 
 
-def submit_kubectl(cluster: Cluster, line: str, stdin: str = "") -> None:
+def submit_kubectl(cluster: Cluster, seeded: Seeded, line: str, stdin: str = "") -> None:
     words = shlex.split(line.split(" | ")[0], comments=True)
     call = parse_kubectl(words)
     ns = call.namespace
+    if call.verb == "apply" and call.source.startswith("https://"):
+        apply_upstream(cluster, seeded, call, line, stdin)
+        return
     if call.verb in ("apply", "replace") or (call.verb == "create" and "f" in call.flags):
         submit_manifests(cluster, call, line, stdin)
         return
     assert not stdin, f"{line}: kubectl {call.verb} does not read a here-document"
-    if call.verb == "create":  # `create configmap NAME --from-file=K=PATH`, `create secret generic`
+    if call.verb == "create":  # `create configmap|quota NAME ...`, `create secret generic`
         namespace = ns or "default"
-        if call.args[0] == "configmap":
+        if call.args[0] in ("quota", "resourcequota"):  # `--hard=K=V,K=V`, as kubectl builds it
+            hard = dict(item.split("=", 1) for item in call.flags["hard"].split(","))
+            body: dict[str, Any] = {"kind": "ResourceQuota", "spec": {"hard": hard}}
+            name, plural = call.args[1], "resourcequotas"
+        elif call.args[0] == "configmap":
             key = call.flags["from-file"].split("=", 1)[0]
-            body: dict[str, Any] = {"kind": "ConfigMap", "data": {key: ""}}
+            body = {"kind": "ConfigMap", "data": {key: ""}}
             name, plural = call.args[1], "configmaps"
         else:
             assert call.args[:2] == ["secret", "generic"], f"unexpected kubectl create: {line}"
@@ -632,24 +704,27 @@ def check_helm(line: str) -> None:
     positional: list[str] = []
     it = iter(words[2:])
     for word in it:
-        if word in ("-n", "--namespace", "--set", "--version", "-f", "--values"):
+        if word in ("-n", "--namespace", "--set", "--version", "-f", "--values", "--repo"):
             next(it)
         elif not word.startswith("-"):
             positional.append(word)
     wanted = 1 if words[1] == "uninstall" else 2
     assert len(positional) == wanted, f"expected {wanted} positional arguments: {line}"
     if words[1] != "uninstall":
-        assert "/" in positional[1], f"no chart reference (repo/chart) in: {line}"
+        # CHART is repo/chart, or a bare chart name with `--repo URL` ("chart repository url
+        # where to locate the requested chart", `helm upgrade --help`, helm v4.3.2).
+        with_repo = any(w == "--repo" or w.startswith("--repo=") for w in words)
+        assert "/" in positional[1] or with_repo, f"no chart reference in: {line}"
 
 
-def submit_commands(cluster: Cluster, finding: Finding) -> None:
+def submit_commands(cluster: Cluster, finding: Finding, seeded: Seeded) -> None:
     for line, stdin in command_lines(finding.remediation):
         assert line.startswith(("kubectl ", "helm ")), f"mixes commands with other text: {line}"
         if line.startswith("helm "):
             assert not stdin, f"{line}: unexpected here-document"
             check_helm(line)
         else:
-            submit_kubectl(cluster, line, stdin)
+            submit_kubectl(cluster, seeded, line, stdin)
 
 
 # --------------------------------------------------------------------------- the test
@@ -666,6 +741,9 @@ INVALID_BY_DESIGN: dict[str, dict[ObjectKey, str]] = {
     },
     "GPU-WL-001/fail-request-differs-from-limit": {
         ("Pod", "ml", "mismatch"): "a GPU request different from its limit",
+    },
+    "GPU-WL-001/fail-non-gpu-extended-resource": {
+        ("Pod", "ml", "rdma-helper"): "an RDMA (extended resource) request without a limit",
     },
     "GPU-QUOTA-003/fail-min-only-rejects-containers": {
         ("LimitRange", "team-c", "gpu-cap"): "a GPU max (copied to default) with defaultRequest 0",
@@ -695,6 +773,6 @@ def test_remediations_pass_a_server_side_dry_run(
         )
         for finding in found:
             if is_command(finding.remediation):
-                submit_commands(cluster, finding)
+                submit_commands(cluster, finding, seeded)
             else:
                 submit_yaml(cluster, finding, seeded)

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpu_audit.cli import main
+from gpu_audit.reports.base import related_lines
 from gpu_audit.reports.junit import render_junit
 
 EXEMPTED_POD = Path(__file__).resolve().parents[2] / "fixtures" / "reports" / "exempted-pod.yaml"
@@ -77,10 +78,19 @@ def test_failures_name_the_object_and_carry_the_remediation(
         failure = case.find("failure")
         if failure is not None:
             text = failure.text or ""
-            message, _, remediation = text.partition("\n\nRemediation:\n")
+            head, _, remediation = text.partition("\n\nRemediation:\n")
+            # The message, then (schema 1.2) a block of one line per role of related objects.
+            message, _, related = head.partition("\n\n")
             assert message == failure.get("message")
             actual.append(
-                (case.get("classname"), case.get("name"), message, failure.get("type"), remediation)
+                (
+                    case.get("classname"),
+                    case.get("name"),
+                    message,
+                    related.splitlines(),
+                    failure.get("type"),
+                    remediation,
+                )
             )
     expected = []
     for finding in document["findings"]:
@@ -92,6 +102,7 @@ def test_failures_name_the_object_and_carry_the_remediation(
                 finding["check_id"],
                 name,
                 finding["message"],
+                related_lines(finding),
                 finding["severity"],
                 finding["remediation"] + "\n",
             )

@@ -135,10 +135,10 @@ def test_duplicate_objects_keep_the_first_and_warn(tmp_path: Path) -> None:
         ("apiVersion: v1\nkind: List\nitems: [42]\n", "document 1, item 1: is a int"),
         # Explicit tags on values that do not fit them: PyYAML raises IndexError/ValueError
         # from its constructors, not a YAMLError (found by the fuzzer).
-        ("!!int \n", "document 1: invalid YAML: a value does not fit its tag"),
-        ("!!float \n", "document 1: invalid YAML: a value does not fit its tag"),
-        ("a: !!timestamp \n", "document 1: invalid YAML: a value does not fit its tag"),
-        ("a: !!int x\n", "document 1: invalid YAML: a value does not fit its tag"),
+        ("!!int \n", "document 1: invalid YAML at line 1 column 1: a value does not fit its tag"),
+        ("!!float \n", "document 1: invalid YAML at line 1 column 1: a value does not fit"),
+        ("a: !!timestamp \n", "document 1: invalid YAML at line 1 column 4: a value does not"),
+        ("a: !!int x\n", "document 1: invalid YAML at line 1 column 4: a value does not fit"),
     ],
 )
 def test_bad_documents_name_the_file_and_document(tmp_path: Path, text: str, expected: str) -> None:

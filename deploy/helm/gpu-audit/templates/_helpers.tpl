@@ -80,8 +80,8 @@ render, as they would fail the scan. Output: a JSON list of the enabled check id
 {{- end -}}
 
 {{/*
-ClusterRole rules: get/list/watch on exactly what the enabled checks and the report's
-diagnostics read, one rule per API group (as `gpu-audit rbac` prints them).
+ClusterRole rules: list on exactly what the enabled checks and the report's diagnostics read,
+one rule per API group (as `gpu-audit rbac` prints them).
 */}}
 {{- define "gpu-audit.readRules" -}}
 {{- $index := .Files.Get "files/read-access.yaml" | fromYaml -}}
@@ -98,6 +98,6 @@ diagnostics read, one rule per API group (as `gpu-audit rbac` prints them).
 {{- range $group := (keys $byGroup | sortAlpha) }}
 - apiGroups: [{{ $group | quote }}]
   resources: {{ get $byGroup $group | toJson }}
-  verbs: ["get", "list", "watch"]
+  verbs: ["list"]
 {{- end -}}
 {{- end -}}

@@ -212,6 +212,11 @@ from gpu_audit.k8s.selectors import (
     select,
 )
 from gpu_audit.k8s.spot_capacity import runs_on_spot
+from gpu_audit.k8s.stack_fixes import (
+    daemonset_not_ready_fix,
+    daemonset_placement_fix,
+    policy_toleration_patch,
+)
 from gpu_audit.k8s.stack_placement import (
     DCGM_EXPORTER,
     ESSENTIAL_STACK_ROLES,
@@ -430,6 +435,9 @@ API_GROUPS: tuple[ApiGroup, ...] = (
         (
             "StackDaemonSet",
             "DCGM_EXPORTER",
+            "daemonset_not_ready_fix",
+            "daemonset_placement_fix",
+            "policy_toleration_patch",
             "ESSENTIAL_STACK_ROLES",
             "gpu_stack_daemonsets",
             "stack_agent_runs_on",
@@ -714,6 +722,8 @@ __all__ = [
     "count_field",
     "covered_resources",
     "credential_like",
+    "daemonset_not_ready_fix",
+    "daemonset_placement_fix",
     "daemonset_pod_tolerations",
     "daemonset_runs_on",
     "daemonset_schedules_on",
@@ -800,6 +810,7 @@ __all__ = [
     "pod_templates",
     "podset_templates",
     "policy_operand_runs_on",
+    "policy_toleration_patch",
     "quantities",
     "queue_name",
     "queued_workloads",

@@ -24,12 +24,15 @@ from gpu_audit.api import (
     component_enabled,
     containers,
     controller_owner,
+    daemonset_not_ready_fix,
+    daemonset_placement_fix,
     daemonset_untolerated_taints,
     failed,
     gpu_nodes,
     is_operator_operand,
     node_is_schedulable,
     passed,
+    policy_toleration_patch,
     relate,
     stack_agent_runs_on,
 )
@@ -259,20 +262,10 @@ def _not_ready(
     agent, pods = broken[0]
     ds = agent.daemonset
     why = f"pod {pods[0].ref.name} not Ready{_waiting(pods[0])}" if pods else "no pod of it there"
-    command = (
-        f"kubectl -n {ds.ref.namespace} describe pod {pods[0].ref.name}"
-        if pods
-        else f"kubectl -n {ds.ref.namespace} describe daemonset {ds.ref.name}"
-    )
     return _Cause(
         ds,
         "has no Ready pod on GPU nodes it is placed on",
-        _fixed(
-            {
-                "summary": f"DaemonSet {ds.ref.namespace}/{ds.ref.name}: why its pods are not Ready",
-                "command": command,
-            }
-        ),
+        _fixed(daemonset_not_ready_fix(ds, pods)),
         why,
         related=[relate(policy, RelatedRole.OWNER)] if agent.operand and policy else [],
         path="status",
@@ -363,26 +356,9 @@ def _selector_values(monitor: Resource) -> list[str]:
 def _daemonset_fix(
     ds: Resource, spec: Mapping[str, Any], taints: Sequence[Taint], why: str
 ) -> dict[str, str]:
-    name = f"DaemonSet {ds.ref.namespace}/{ds.ref.name}"
-    if not taints:
-        return {
-            "summary": f"{name}: {why}; widen its nodeSelector/affinity to the GPU nodes",
-            "command": f"kubectl -n {ds.ref.namespace} get daemonset {ds.ref.name} -o "
-            "jsonpath='{.spec.template.spec.nodeSelector}{.spec.template.spec.affinity}'",
-        }
-    values = [_toleration(t) for t in taints]
-    ops: list[dict[str, Any]]
-    if as_list(spec.get("tolerations")):
-        ops = [
-            {"op": "add", "path": "/spec/template/spec/tolerations/-", "value": v} for v in values
-        ]
-    else:
-        ops = [{"op": "add", "path": "/spec/template/spec/tolerations", "value": values}]
-    return {
-        "summary": f"{name}: tolerate the GPU nodes' taints",
-        "command": f"kubectl -n {ds.ref.namespace} patch daemonset {ds.ref.name} --type=json "
-        f"-p '{_quoted(ops)}'",
-    }
+    return daemonset_placement_fix(
+        ds, spec, taints, why, "widen its nodeSelector/affinity to the GPU nodes"
+    )
 
 
 def _policy_fix(policy: Resource, taints: Sequence[Taint], why: str) -> dict[str, str]:
@@ -392,23 +368,16 @@ def _policy_fix(policy: Resource, taints: Sequence[Taint], why: str) -> dict[str
             f"{_DEPLOY_LABEL} labels",
             "command": f"kubectl get nodes -L {_DEPLOY_LABEL}",
         }
-    existing = list(as_list(as_mapping(policy.spec.get("daemonsets")).get("tolerations")))
-    patch = {"spec": {"daemonsets": {"tolerations": existing + [_toleration(t) for t in taints]}}}
     return {
         "summary": f"ClusterPolicy {policy.ref.name}: let its operands tolerate the GPU nodes' "
         "taints (spec.daemonsets.tolerations)",
-        "command": f"kubectl patch clusterpolicy {policy.ref.name} --type=merge "
-        f"-p '{_quoted(patch)}'",
+        "command": policy_toleration_patch(policy, taints),
     }
 
 
 def _fixed(fix: dict[str, str]) -> Callable[[Sequence[Taint]], dict[str, str]]:
     """A fix that does not depend on the taints."""
     return lambda _: fix
-
-
-def _toleration(taint: Taint) -> dict[str, str]:
-    return {"key": taint.key, "operator": "Exists", "effect": taint.effect}
 
 
 def _quoted(value: object) -> str:

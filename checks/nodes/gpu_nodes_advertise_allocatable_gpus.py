@@ -1,4 +1,3 @@
-import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -26,6 +25,8 @@ from gpu_audit.api import (
     component_enabled,
     containers,
     controller_owner,
+    daemonset_not_ready_fix,
+    daemonset_placement_fix,
     daemonset_untolerated_taints,
     event_note,
     event_regarding,
@@ -41,6 +42,7 @@ from gpu_audit.api import (
     parse_quantity,
     passed,
     policy_operand_runs_on,
+    policy_toleration_patch,
     relate,
     stack_agent_runs_on,
 )
@@ -277,26 +279,9 @@ def _not_placed(snapshot: Snapshot, node: Resource, plugins: list[StackDaemonSet
 def _daemonset_fix(
     ds: Resource, spec: Mapping[str, Any], taints: Sequence[Taint], why: str
 ) -> dict[str, str]:
-    name = f"DaemonSet {ds.ref.namespace}/{ds.ref.name}"
-    if not taints:
-        return {
-            "summary": f"{name}: {why}; label the GPU nodes or widen its nodeSelector/affinity",
-            "command": f"kubectl -n {ds.ref.namespace} get daemonset {ds.ref.name} -o "
-            "jsonpath='{.spec.template.spec.nodeSelector}{.spec.template.spec.affinity}'",
-        }
-    values = [_toleration(t) for t in taints]
-    ops: list[dict[str, Any]]
-    if as_list(spec.get("tolerations")):
-        ops = [
-            {"op": "add", "path": "/spec/template/spec/tolerations/-", "value": v} for v in values
-        ]
-    else:
-        ops = [{"op": "add", "path": "/spec/template/spec/tolerations", "value": values}]
-    return {
-        "summary": f"{name}: tolerate the GPU nodes' taints",
-        "command": f"kubectl -n {ds.ref.namespace} patch daemonset {ds.ref.name} --type=json "
-        f"-p '{_quoted(ops)}'",
-    }
+    return daemonset_placement_fix(
+        ds, spec, taints, why, "label the GPU nodes or widen its nodeSelector/affinity"
+    )
 
 
 def _policy_fix(policy: Resource, taints: Sequence[Taint], why: str) -> dict[str, str]:
@@ -307,14 +292,10 @@ def _policy_fix(policy: Resource, taints: Sequence[Taint], why: str) -> dict[str
             "command": "kubectl get nodes -L nvidia.com/gpu.deploy.device-plugin,"
             "feature.node.kubernetes.io/pci-10de.present",
         }
-    existing = list(as_list(as_mapping(policy.spec.get("daemonsets")).get("tolerations")))
-    tolerations = existing + [_toleration(t) for t in taints]
-    patch = {"spec": {"daemonsets": {"tolerations": tolerations}}}
     return {
         "summary": f"ClusterPolicy {policy.ref.name}: let its operands tolerate the GPU nodes' "
         "taints (spec.daemonsets.tolerations)",
-        "command": f"kubectl patch clusterpolicy {policy.ref.name} --type=merge "
-        f"-p '{_quoted(patch)}'",
+        "command": policy_toleration_patch(policy, taints),
     }
 
 
@@ -377,20 +358,10 @@ def _not_ready(snapshot: Snapshot, node: Resource, placed: list[StackDaemonSet])
             if pods
             else "no pod of it there"
         )
-        command = (
-            f"kubectl -n {ds.ref.namespace} describe pod {pods[0].ref.name}"
-            if pods
-            else f"kubectl -n {ds.ref.namespace} describe daemonset {ds.ref.name}"
-        )
         return _Cause(
             ds,
             "has no Ready pod on GPU nodes it is placed on",
-            _fixed(
-                {
-                    "summary": f"DaemonSet {ds.ref.namespace}/{ds.ref.name}: why its pods are not Ready",
-                    "command": command,
-                }
-            ),
+            _fixed(daemonset_not_ready_fix(ds, pods)),
             why,
             related=_owner_related(snapshot, agent),
         )
@@ -441,15 +412,6 @@ def _pod_reason(snapshot: Snapshot, pod: Resource) -> str:
 def _fixed(fix: dict[str, str]) -> Callable[[Sequence[Taint]], dict[str, str]]:
     """A fix that does not depend on the taints."""
     return lambda _: fix
-
-
-def _toleration(taint: Taint) -> dict[str, str]:
-    return {"key": taint.key, "operator": "Exists", "effect": taint.effect}
-
-
-def _quoted(value: object) -> str:
-    """JSON for a single-quoted shell argument."""
-    return json.dumps(value).replace("'", "'\\''")
 
 
 def _gpu_like(node: Resource) -> dict[str, Decimal]:

@@ -13,6 +13,13 @@ the counts are written to `<output>.meta.json` so that a run can be checked agai
 `--pods` is a budget: the API server refuses pods with a fractional or request-only GPU, so
 those workloads have none, and the dump holds slightly fewer pods.
 
+The shape is a parameter, so that no code is tuned to one: `--pending-pods` is the share of
+all pods that are Pending GPU pods (they grow with the cluster, as in a busy one), each for one
+of three reasons in turn (no GPU toleration, a GPU product no node has, more GPUs than a node
+holds); `--node-classes` gives the nodes that many distinct shapes (a class label the Pending
+pods select on, and allocatable memory per class); `--namespaces` sets the namespace count
+(default: one per 150 pods); `--format yaml` writes the List as `kubectl get -o yaml` does.
+
 Items are written one per line with compact separators: kubectl indents, but the objects are
 the same, and the file stays small enough to generate quickly.
 """
@@ -24,9 +31,14 @@ import json
 import random
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import yaml
+
+# libyaml's emitter when PyYAML was built with it (as kubectl, it sorts keys).
+_YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 PODS_PER_NODE = 30
 PODS_PER_NAMESPACE = 150
@@ -37,6 +49,10 @@ SHARED_GPU = "nvidia.com/gpu.shared"
 KUBELET = "v1.33.2"
 FAULTS = ("fractional-gpu", "privileged", "gpu-requests-only", "unpinned-image")
 PENDING_FAULT = "no-gpu-toleration"  # the pods wait forever for a node: see --pending
+# Why the --pending-pods workloads wait, in turn: no node tolerated, selected, or big enough.
+PENDING_FAULTS = (PENDING_FAULT, "no-such-gpu", "too-many-gpus")
+MISSING_PRODUCT = "NVIDIA-B200"  # selected by the no-such-gpu pods: no pool has it
+NODE_CLASS = "example.com/node-class"
 # The API server refuses such pods (extended resources must be whole and in limits), so their
 # controllers exist but have no pods.
 REJECTED = frozenset({"fractional-gpu", "gpu-requests-only"})
@@ -174,10 +190,13 @@ class Cluster:
     version: int = 1000
     pod_ip: int = 0
     faults: dict[str, int] = field(
-        default_factory=lambda: dict.fromkeys((*FAULTS, PENDING_FAULT), 0)
+        default_factory=lambda: dict.fromkeys((*FAULTS, *PENDING_FAULTS), 0)
     )
     gpu_workloads: int = 0
     pending_pods: int = 0
+    pods: int = 0
+    node_classes: int = 0
+    pending_turn: int = 0
 
     def uid(self) -> str:
         return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
@@ -262,6 +281,9 @@ def _node(cluster: Cluster, state: NodeState, index: int) -> dict[str, Any]:
         "topology.kubernetes.io/zone": zone,
         **pool.gfd,
     }
+    node_class = index % cluster.node_classes if cluster.node_classes else 0
+    if cluster.node_classes:
+        labels[NODE_CLASS] = f"class-{node_class:03d}"
     capacity = {
         "cpu": pool.cpu,
         "ephemeral-storage": "104845292Ki",
@@ -272,7 +294,8 @@ def _node(cluster: Cluster, state: NodeState, index: int) -> dict[str, Any]:
     }
     if pool.gpu_resource:
         capacity[pool.gpu_resource] = str(pool.gpus)
-    allocatable = {**capacity, "cpu": f"{int(pool.cpu) * 1000 - 90}m"}
+    memory = int(pool.memory.removesuffix("Ki")) - 1024 * node_class  # reserved per class
+    allocatable = {**capacity, "cpu": f"{int(pool.cpu) * 1000 - 90}m", "memory": f"{memory}Ki"}
     spec: dict[str, Any] = {"providerID": f"aws:///{zone}/i-{index:017x}"}
     if pool.gpu_resource == GPU:
         spec["taints"] = [{"effect": "NoSchedule", "key": GPU, "value": "true"}]
@@ -353,6 +376,7 @@ class Workload:
     gpus: int
     fault: str | None = None
     port: int = 8080
+    node_classes: tuple[str, ...] = ()
 
 
 def _container(w: Workload, name: str) -> dict[str, Any]:
@@ -404,9 +428,17 @@ def _pod_spec(w: Workload, container: str, restart: str) -> dict[str, Any]:
     }
     if w.pool and w.pool != "l4":
         product = next(p for p in POOLS if p.name == w.pool).gfd["nvidia.com/gpu.product"]
+        if w.fault == "no-such-gpu":
+            product = MISSING_PRODUCT
         spec["nodeSelector"] = {"nvidia.com/gpu.product": product}
         if w.fault != PENDING_FAULT:
             spec["tolerations"] = [GPU_TOLERATION]
+    if w.node_classes:  # the pod's classes: a selector on the label of the node shapes
+        expression = {"key": NODE_CLASS, "operator": "In", "values": list(w.node_classes)}
+        required = {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
+        spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+        }
     return spec
 
 
@@ -462,8 +494,9 @@ def _pod(
             },
         }
     ]
-    # A missing toleration never passes the GPU taint.
-    node = cluster.place(w.pool, w.gpus) if w.fault != PENDING_FAULT else None
+    cluster.pods += 1
+    # A missing toleration never passes the GPU taint, nor a missing product the selector.
+    node = cluster.place(w.pool, w.gpus) if w.fault not in PENDING_FAULTS else None
     if node is not None:
         spec["nodeName"] = node.name
         status = _running_status(cluster, node, spec["containers"][0])
@@ -535,11 +568,12 @@ def _running_status(cluster: Cluster, node: NodeState, container: dict[str, Any]
 
 def _pending_status(nodes: int, w: Workload) -> dict[str, Any]:
     resource = SHARED_GPU if w.pool == "l4" else GPU
+    reason = {
+        PENDING_FAULT: "node(s) had untolerated taint {nvidia.com/gpu: true}",
+        "no-such-gpu": "node(s) didn't match Pod's node affinity/selector",
+    }.get(w.fault or "", f"Insufficient {resource}")
     message = (
-        f"0/{nodes} nodes are available: {nodes} node(s) had untolerated taint "
-        "{nvidia.com/gpu: true}. preemption: 0/{nodes} nodes are available."
-        if w.fault == PENDING_FAULT
-        else f"0/{nodes} nodes are available: {nodes} Insufficient {resource}. "
+        f"0/{nodes} nodes are available: {nodes} {reason}. "
         f"preemption: 0/{nodes} nodes are available."
     )
     return {
@@ -894,8 +928,34 @@ def _system_objects(cluster: Cluster) -> Iterator[dict[str, Any]]:
     }
 
 
+def _pending_fault(cluster: Cluster, pending_pods: float, budget: int) -> str | None:
+    """The next reason to wait when the Pending pods are behind their share of the pods."""
+    if cluster.pending_pods >= pending_pods * (cluster.pods + min(budget, 4)):
+        return None
+    cluster.pending_turn += 1
+    return PENDING_FAULTS[cluster.pending_turn % len(PENDING_FAULTS)]
+
+
+def _pending_workload(cluster: Cluster, w: Workload) -> Workload:
+    """`w` made to wait for its fault; the last two reasons select node classes. Time-sliced
+    L4 nodes carry no GPU taint and no product selector: such a workload goes to H100s."""
+    if w.pool == "l4" and w.fault != "too-many-gpus":
+        w = replace(w, pool="h100")
+    if w.fault == "too-many-gpus":
+        w = replace(w, gpus=2 * next(p for p in POOLS if p.name == w.pool).gpus)
+    if cluster.node_classes and w.fault in PENDING_FAULTS[1:]:
+        picked = cluster.rng.sample(range(cluster.node_classes), min(2, cluster.node_classes))
+        w = replace(w, node_classes=tuple(f"class-{c:03d}" for c in sorted(picked)))
+    return w
+
+
 def _team_workloads(
-    cluster: Cluster, namespace: str, budget: int, share: float, pending: float
+    cluster: Cluster,
+    namespace: str,
+    budget: int,
+    share: float,
+    pending: float,
+    pending_pods: float = 0.0,
 ) -> Iterator[Any]:
     """Controllers and pods of one team namespace, `budget` pods in all."""
     rng = cluster.rng
@@ -906,6 +966,8 @@ def _team_workloads(
         fault = rng.choice(FAULTS) if rng.random() < share else None
         if fault is None and rng.random() < pending:
             fault = PENDING_FAULT
+        if fault is None and pending_pods and roll >= 0.8:  # a GPU workload
+            fault = _pending_fault(cluster, pending_pods, budget)
         if roll < 0.8:  # CPU web service: Deployment, Service, HPA
             w = Workload(namespace, f"web-{index}", "ghcr.io/example/api:1.8.2", None, 0)
             replicas = min(budget, rng.randint(3, 8))
@@ -927,6 +989,7 @@ def _team_workloads(
             cluster.gpu_workloads += 1
             if fault:
                 cluster.faults[fault] += 1
+                w = _pending_workload(cluster, w) if fault in PENDING_FAULTS else w
             yield from _deployment(cluster, w, replicas)
             yield _service(cluster, w)
             yield _service_monitor(cluster, w)
@@ -939,6 +1002,7 @@ def _team_workloads(
             cluster.gpu_workloads += 1
             if fault:
                 cluster.faults[fault] += 1
+                w = _pending_workload(cluster, w) if fault in PENDING_FAULTS else w
             yield from _job(cluster, w, replicas)
         else:  # distributed training: PyTorchJob on whole 8-GPU nodes
             pool = rng.choice(("a100", "h100"))
@@ -950,8 +1014,18 @@ def _team_workloads(
             cluster.gpu_workloads += 1
             if fault:
                 cluster.faults[fault] += 1
+                w = _pending_workload(cluster, w) if fault in PENDING_FAULTS else w
             yield from _pytorch_job(cluster, w, workers)
         budget -= replicas
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What varies between benchmark clusters besides their size (see the module's doc)."""
+
+    pending_pods: float = 0.0  # share of all pods that are Pending GPU pods
+    node_classes: int = 0  # distinct node shapes; 0: the pools' own
+    namespaces: int = 0  # 0: one per PODS_PER_NAMESPACE pods
 
 
 def generate(
@@ -960,6 +1034,7 @@ def generate(
     misconfigured: float = 0.1,
     pending: float = 0.0,
     summary: dict[str, Any] | None = None,
+    shape: Shape = Shape(),
 ) -> Iterator[dict[str, Any]]:
     """Every object of the cluster; once exhausted, `summary` holds what was generated."""
     rng = random.Random(seed)
@@ -977,20 +1052,22 @@ def generate(
             )
             states.append(state)
             by_pool[pool.name].append(state)
-    cluster = Cluster(rng, states, by_pool)
+    cluster = Cluster(rng, states, by_pool, node_classes=shape.node_classes)
     for index, state in enumerate(states):
         yield _node(cluster, state, index)
     system = list(_system_objects(cluster))
     yield from system
     system_pods = sum(1 for o in system if o["kind"] == "Pod")
     remaining = max(0, pods - system_pods)
-    namespaces = max(1, remaining // PODS_PER_NAMESPACE)
+    namespaces = shape.namespaces or max(1, remaining // PODS_PER_NAMESPACE)
     for n in range(namespaces):
         namespace = f"team-{n:04d}"
         gpu = n % 10 != 9  # one namespace in ten runs GPU work without a GPU quota
         yield from _namespace_objects(cluster, namespace, gpu)
         budget = remaining // namespaces + (1 if n < remaining % namespaces else 0)
-        yield from _team_workloads(cluster, namespace, budget, misconfigured, pending)
+        yield from _team_workloads(
+            cluster, namespace, budget, misconfigured, pending, shape.pending_pods
+        )
     if summary is not None:
         summary.update(
             nodes=len(states),
@@ -1000,23 +1077,38 @@ def generate(
             misconfigured_gpu_workloads=sum(cluster.faults.values()),
             faults=dict(sorted(cluster.faults.items())),
             pending_pods=cluster.pending_pods,
+            node_classes=shape.node_classes,
         )
 
 
 def write(
-    path: Path, pods: int, seed: int = 1, misconfigured: float = 0.1, pending: float = 0.0
+    path: Path,
+    pods: int,
+    seed: int = 1,
+    misconfigured: float = 0.1,
+    pending: float = 0.0,
+    shape: Shape = Shape(),
+    yaml_format: bool = False,
 ) -> dict[str, Any]:
-    """Write the List to `path` and its summary to `path` + `.meta.json`; return the summary."""
+    """Write the List to `path` (JSON, or YAML as `kubectl get -o yaml` prints it) and its
+    summary to `path` + `.meta.json`; return the summary."""
     counts: dict[str, int] = {}
     generated: dict[str, Any] = {}
     with path.open("w", encoding="utf-8") as out:
-        out.write('{"apiVersion":"v1","items":[\n')
+        out.write("apiVersion: v1\nitems:\n" if yaml_format else '{"apiVersion":"v1","items":[\n')
         first = True
-        for obj in generate(pods, seed, misconfigured, pending, generated):
+        for obj in generate(pods, seed, misconfigured, pending, generated, shape):
             counts[obj["kind"]] = counts.get(obj["kind"], 0) + 1
-            out.write(("" if first else ",\n") + json.dumps(obj, separators=(",", ":")))
+            if yaml_format:  # one item of the List: "- apiVersion: v1\n  kind: Pod\n..."
+                out.write(yaml.dump([obj], Dumper=_YAML_DUMPER, default_flow_style=False))
+            else:
+                out.write(("" if first else ",\n") + json.dumps(obj, separators=(",", ":")))
             first = False
-        out.write('\n],"kind":"List","metadata":{"resourceVersion":""}}\n')
+        out.write(
+            'kind: List\nmetadata:\n  resourceVersion: ""\n'
+            if yaml_format
+            else '\n],"kind":"List","metadata":{"resourceVersion":""}}\n'
+        )
     summary = {
         "pods": counts.get("Pod", 0),
         "objects": sum(counts.values()),
@@ -1025,6 +1117,9 @@ def write(
         "seed": seed,
         "misconfigured_share": misconfigured,
         "pending_share": pending,
+        "pending_pods_share": shape.pending_pods,
+        "namespaces_requested": shape.namespaces,
+        "format": "yaml" if yaml_format else "json",
         "bytes": path.stat().st_size,
     }
     Path(f"{path}.meta.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -1042,9 +1137,24 @@ def main() -> None:
         default=0.0,
         help="share of the other GPU workloads without the GPU toleration (pods stay Pending)",
     )
+    parser.add_argument(
+        "--pending-pods", type=float, default=0.0, help="share of all pods that wait for a node"
+    )
+    parser.add_argument("--node-classes", type=int, default=0, help="distinct node shapes")
+    parser.add_argument("--namespaces", type=int, default=0, help="0: one per 150 pods")
+    parser.add_argument("--format", choices=("json", "yaml"), default="json")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args()
-    summary = write(args.output, args.pods, args.seed, args.misconfigured, args.pending)
+    shape = Shape(args.pending_pods, args.node_classes, args.namespaces)
+    summary = write(
+        args.output,
+        args.pods,
+        args.seed,
+        args.misconfigured,
+        args.pending,
+        shape,
+        args.format == "yaml",
+    )
     print(json.dumps(summary))
 
 

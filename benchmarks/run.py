@@ -3,9 +3,14 @@
 Every measurement is its own process, so its peak RSS is its own (os.wait4's rusage of that
 child). In one run:
 
-* offline: for each scale, `gpu-audit scan --from-file DUMP -o json` against the time and peak
-  RSS of only `json.loads` of the same file (the floor), and the scan's stages at the largest
-  scale (benchmarks/phases.py: the check engine's share, with a cProfile of the run);
+* offline: for clusters of several sizes and shapes (benchmarks/generate.py: the base shape at
+  every --scales size for the growth of the cost per object, then one axis at a time at
+  --sweep-pods: the share of Pending GPU pods, the distinct node shapes, the namespaces; and
+  the same objects as YAML at --yaml-pods), `gpu-audit scan --from-file DUMP -o json` against
+  the time and peak RSS of only `json.loads` of the same objects as JSON (the floor, measured
+  right before the scan: on a shared machine only such ratios compare), and the scan's stages
+  (benchmarks/phases.py: load, index, checks, diagnostics, render, each with the peak RSS
+  reached, and a cProfile of the largest run);
 * live (--live-pods): the test control plane of tests/live loaded with a synthetic cluster,
   `gpu-audit scan` against a raw paginated list of the same kinds, and against `kubectl get`;
 * Checkov (--checkov-pods): `checkov --framework kubernetes` against `gpu-audit scan` on the
@@ -28,11 +33,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
+from generate import Shape
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -40,10 +46,14 @@ PYTHON = sys.executable
 GPU_AUDIT = str(Path(PYTHON).with_name("gpu-audit"))
 CHECKOV_VENV = Path.home() / ".cache" / "gpu-audit" / "checkov-venv"
 K8S_BIN = Path.home() / ".cache" / "gpu-audit" / "k8s-bin"
+STAGES = ("load", "index", "checks", "diagnostics", "render")  # of benchmarks/phases.py
+BASE = Shape()  # the generator's default: no Pending pods, its pools' node shapes
 TIME = "/usr/bin/time" if Path("/usr/bin/time").exists() else None
-GOALS = {
-    "offline_time_vs_json_loads": 3.0,
-    "offline_rss_vs_json_loads": 1.5,
+GOALS = {  # issue 18
+    "offline_time_vs_json_loads": 1.5,
+    "offline_rss_vs_json_loads": 1.3,
+    "per_object_cost_growth": 1.2,
+    "yaml_vs_json_scan": 2.0,
     "live_time_vs_raw_list": 1.5,
     "checkov_vs_gpu_audit": 10.0,
 }
@@ -86,22 +96,26 @@ def _ratio(a: float, b: float) -> float:
     return round(a / b, 2) if b else 0.0
 
 
-def generate(work: Path, pods: int, seed: int, pending: float = 0.0) -> tuple[Path, dict[str, Any]]:
-    path = work / f"cluster-{pods}-seed{seed}-pending{pending:g}.json"
+def generate(
+    work: Path, pods: int, seed: int, shape: Shape = BASE, yaml_format: bool = False
+) -> tuple[Path, dict[str, Any]]:
+    """The dump of `pods` pods of `shape` (benchmarks/generate.py), written once per work dir."""
+    suffix = "yaml" if yaml_format else "json"
+    path = work / (
+        f"cluster-{pods}-seed{seed}-pending{shape.pending_pods:g}-classes{shape.node_classes}"
+        f"-ns{shape.namespaces}.{suffix}"
+    )
     meta = Path(f"{path}.meta.json")
     if not (path.exists() and meta.exists()):
         subprocess.run(
             [
                 PYTHON,
                 str(HERE / "generate.py"),
-                "--pods",
-                str(pods),
-                "--seed",
-                str(seed),
-                "--pending",
-                str(pending),
-                "--output",
-                str(path),
+                *("--pods", str(pods), "--seed", str(seed), "--format", suffix),
+                *("--pending-pods", str(shape.pending_pods)),
+                *("--node-classes", str(shape.node_classes)),
+                *("--namespaces", str(shape.namespaces)),
+                *("--output", str(path)),
             ],
             check=True,
             stdout=subprocess.DEVNULL,
@@ -109,55 +123,108 @@ def generate(work: Path, pods: int, seed: int, pending: float = 0.0) -> tuple[Pa
     return path, json.loads(meta.read_text())
 
 
-def offline(work: Path, scales: Sequence[int], seed: int, profile_top: int) -> dict[str, Any]:
-    rows = []
-    for pods in scales:
-        dump, meta = generate(work, pods, seed)
-        floor = measure(
-            [PYTHON, "-c", f"import json; json.loads(open({str(dump)!r}, 'rb').read())"]
-        )
-        scan = measure(
-            [
-                GPU_AUDIT,
-                "scan",
-                "--from-file",
-                str(dump),
-                "-o",
-                "json",
-                "--output-file",
-                str(work / f"report-{pods}.json"),
-            ]
-        )
-        rows.append(
-            {
-                "pods": meta["pods"],
-                "nodes": meta["nodes"],
-                "objects": meta["objects"],
-                "file_mib": round(meta["bytes"] / 2**20, 1),
-                "misconfigured_gpu_workloads": meta["misconfigured_gpu_workloads"],
-                "pending_pods": meta["pending_pods"],
-                "json_loads": asdict(floor),
-                "scan": asdict(scan),
-                "time_ratio": _ratio(scan.seconds, floor.seconds),
-                "rss_ratio": _ratio(scan.peak_rss_mib, floor.peak_rss_mib),
-                "scan_ms_per_1k_objects": round(1000 * scan.seconds / meta["objects"] * 1000, 1),
-                "findings": len(json.loads((work / f"report-{pods}.json").read_text())["findings"]),
-            }
-        )
-    largest, _ = generate(work, max(scales), seed)
-    profile = work / "phases.prof"
-    stages = subprocess.run(
-        [PYTHON, str(HERE / "phases.py"), str(largest), "--profile", str(profile)],
-        check=True,
-        capture_output=True,
-        text=True,
+@dataclass(frozen=True)
+class Case:
+    """One offline measurement: a cluster size and shape, read as JSON or YAML."""
+
+    label: str
+    pods: int
+    shape: Shape
+    yaml_format: bool = False
+
+
+def offline_cases(
+    scales: Sequence[int],
+    sweep_pods: int,
+    yaml_pods: int,
+    pending: Sequence[float],
+    classes: Sequence[int],
+    namespaces: Sequence[int],
+) -> list[Case]:
+    """The base shape (the middle value of each axis, namespaces as the generator sets them)
+    at every scale, then at `sweep_pods` each other value of one axis at a time, then YAML."""
+    base = Shape(pending[len(pending) // 2], classes[len(classes) // 2], 0)
+    cases = [Case(f"{pods} pods, base shape", pods, base) for pods in scales]
+    cases.extend(
+        Case(f"pending {share:.2%} of pods", sweep_pods, replace(base, pending_pods=share))
+        for share in pending
+        if share != base.pending_pods
     )
-    phases = json.loads(stages.stdout)
+    cases.extend(
+        Case(f"{count} node classes", sweep_pods, replace(base, node_classes=count))
+        for count in classes
+        if count != base.node_classes
+    )
+    cases.extend(
+        Case(f"{count} namespaces", sweep_pods, replace(base, namespaces=count))
+        for count in namespaces
+    )
+    if yaml_pods:
+        cases.append(Case(f"{yaml_pods} pods, YAML", yaml_pods, base, yaml_format=True))
+    return cases
+
+
+def _stages(dump: Path, profile: Path | None = None) -> tuple[Run, dict[str, Any]]:
+    """benchmarks/phases.py on the dump: seconds and peak RSS per stage, in its own process."""
+    report = dump.with_suffix(".phases.json")
+    cmd = [PYTHON, str(HERE / "phases.py"), str(dump)]
+    run = measure([*cmd, *(("--profile", str(profile)) if profile else ())], stdout=report)
+    return run, json.loads(report.read_text())
+
+
+def offline_case(work: Path, case: Case, seed: int) -> dict[str, Any]:
+    """json.loads of the JSON dump (the floor), `gpu-audit scan` of the case's dump, and the
+    scan's stages; a YAML case is compared with the scan of the same objects as JSON too."""
+    dump, meta = generate(work, case.pods, seed, case.shape, case.yaml_format)
+    as_json, _ = generate(work, case.pods, seed, case.shape) if case.yaml_format else (dump, meta)
+    floor = measure([PYTHON, "-c", f"import json; json.loads(open({str(as_json)!r}, 'rb').read())"])
+    report = work / f"report-{dump.stem}.json"
+    scan = measure(
+        [GPU_AUDIT, "scan", "--from-file", str(dump), "-o", "json", "--output-file", str(report)]
+    )
+    stages_run, stages = _stages(dump)
+    row: dict[str, Any] = {
+        "case": case.label,
+        "format": "yaml" if case.yaml_format else "json",
+        "pods": meta["pods"],
+        "nodes": meta["nodes"],
+        "namespaces": meta["namespaces"],
+        "node_classes": case.shape.node_classes,
+        "pending_pods": meta["pending_pods"],
+        "objects": meta["objects"],
+        "file_mib": round(meta["bytes"] / 2**20, 1),
+        "misconfigured_gpu_workloads": meta["misconfigured_gpu_workloads"],
+        "json_loads": asdict(floor),
+        "scan": asdict(scan),
+        "time_ratio": _ratio(scan.seconds, floor.seconds),
+        "rss_ratio": _ratio(scan.peak_rss_mib, floor.peak_rss_mib),
+        "scan_ms_per_1k_objects": round(1000 * scan.seconds / meta["objects"] * 1000, 1),
+        "stages": stages["seconds"],
+        "stage_peak_rss_mib": stages["peak_rss_mib"],
+        "stages_process": asdict(stages_run),
+        "stage_ratios": {k: _ratio(v, floor.seconds) for k, v in stages["seconds"].items()},
+        "findings": len(json.loads(report.read_text())["findings"]),
+    }
+    if case.yaml_format:
+        json_scan = measure([GPU_AUDIT, "scan", "--from-file", str(as_json), "-o", "json"])
+        row["json_scan"] = asdict(json_scan)
+        row["time_ratio_vs_json_scan"] = _ratio(scan.seconds, json_scan.seconds)
+    return row
+
+
+def offline(
+    work: Path, cases: Sequence[Case], scales: Sequence[int], seed: int, profile_top: int
+) -> dict[str, Any]:
+    rows = [offline_case(work, case, seed) for case in cases]
+    largest = next(c for c in cases if c.pods == max(scales) and not c.yaml_format)
+    profile = work / "phases.prof"
+    _, phases = _stages(generate(work, largest.pods, seed, largest.shape)[0], profile)
     phases["profile_top"] = _profile_top(profile, profile_top)
-    first, last = rows[0], rows[-1]
+    growth = [r for r in rows if r["pods"] and r["case"].endswith("base shape")]
+    first, last = growth[0], growth[-1]
     phases["pods"] = last["pods"]
-    growth = _ratio(last["scan_ms_per_1k_objects"], first["scan_ms_per_1k_objects"])
-    return {"scales": rows, "phases": phases, "per_object_cost_growth": growth}
+    per_object = _ratio(last["scan_ms_per_1k_objects"], first["scan_ms_per_1k_objects"])
+    return {"cases": rows, "phases": phases, "per_object_cost_growth": per_object}
 
 
 def _profile_top(path: Path, count: int) -> list[dict[str, Any]]:
@@ -176,24 +243,6 @@ def _profile_top(path: Path, count: int) -> list[dict[str, Any]]:
         )
     rows.sort(key=lambda r: (-r["cumulative_seconds"], r["function"]))
     return rows[:count]
-
-
-def pending_diagnostics(work: Path, pods: int, seed: int, share: float) -> dict[str, Any]:
-    """The scan's stages on a dump where `share` of the GPU workloads wait for a node: the
-    diagnostics explain every Pending GPU pod against every node."""
-    dump, meta = generate(work, pods, seed, share)
-    stages = subprocess.run(
-        [PYTHON, str(HERE / "phases.py"), str(dump)], check=True, capture_output=True, text=True
-    )
-    phases = json.loads(stages.stdout)
-    return {
-        "pods": meta["pods"],
-        "nodes": meta["nodes"],
-        "pending_share": share,
-        "pending_pods": meta["pending_pods"],
-        "seconds": phases["seconds"],
-        "report_mib": round(phases["report_bytes"] / 2**20, 1),
-    }
 
 
 # --------------------------------------------------------------------------- live
@@ -439,34 +488,39 @@ def summary(results: dict[str, Any]) -> list[str]:
     lines = [f"gpu-audit benchmark, commit {results['commit']}, {results['machine']}"]
     off = results["offline"]
     lines.append(
-        "offline scan (gpu-audit scan --from-file DUMP -o json) vs json.loads of the file:"
+        "offline scan (gpu-audit scan --from-file DUMP -o json) vs json.loads of the same "
+        "objects as JSON, measured back to back; stages (s) from benchmarks/phases.py:"
     )
     lines.append(
-        f"  {'pods':>7} {'nodes':>5} {'objects':>7} {'MiB':>6} | {'json.loads s':>12} "
-        f"{'MiB':>6} | {'scan s':>7} {'MiB':>6} | {'time x':>6} {'RSS x':>5} | ms/1k obj"
+        f"  {'case':<26} {'pods':>7} {'nodes':>5} {'pend':>5} {'objects':>7} {'MiB':>6} | "
+        f"{'loads s':>7} {'MiB':>6} | {'scan s':>7} {'MiB':>6} | {'time x':>6} {'RSS x':>5} | "
+        f"{'ms/1k':>6} | load index checks diagnostics render"
     )
-    lines.extend(
-        f"  {row['pods']:>7} {row['nodes']:>5} {row['objects']:>7} {row['file_mib']:>6} | "
-        f"{row['json_loads']['seconds']:>12} {row['json_loads']['peak_rss_mib']:>6} | "
-        f"{row['scan']['seconds']:>7} {row['scan']['peak_rss_mib']:>6} | "
-        f"{row['time_ratio']:>6} {row['rss_ratio']:>5} | {row['scan_ms_per_1k_objects']}"
-        for row in off["scales"]
-    )
+    for row in off["cases"]:
+        stages = " ".join(f"{row['stages'][stage]:g}" for stage in STAGES)
+        lines.append(
+            f"  {row['case']:<26} {row['pods']:>7} {row['nodes']:>5} {row['pending_pods']:>5} "
+            f"{row['objects']:>7} {row['file_mib']:>6} | {row['json_loads']['seconds']:>7} "
+            f"{row['json_loads']['peak_rss_mib']:>6} | {row['scan']['seconds']:>7} "
+            f"{row['scan']['peak_rss_mib']:>6} | {row['time_ratio']:>6} {row['rss_ratio']:>5} | "
+            f"{row['scan_ms_per_1k_objects']:>6} | {stages}"
+            + (
+                f" (YAML x{row['time_ratio_vs_json_scan']} the JSON scan)"
+                if "time_ratio_vs_json_scan" in row
+                else ""
+            )
+        )
     phases = off["phases"]
     lines.append(
-        f"  stages at the largest scale (s): {phases['seconds']}; check engine share "
-        f"{phases['check_engine_share']:.0%}; slowest checks {phases['slowest_checks']}"
+        f"  stages at the largest scale (s): {phases['seconds']}, peak RSS (MiB) "
+        f"{phases['peak_rss_mib']}; check engine share {phases['check_engine_share']:.0%}; "
+        f"slowest checks {phases['slowest_checks']}"
     )
     lines.append(f"  per-object cost, largest vs smallest scale: x{off['per_object_cost_growth']}")
     lines.append("  profile (cumulative s) of the largest scan:")
     lines.extend(
         f"    {p['cumulative_seconds']:>8}  {p['calls']:>9}  {p['function']}"
         for p in phases["profile_top"]
-    )
-    lines.extend(
-        f"  with {pd['pending_pods']} Pending GPU pods ({pd['pods']} pods, {pd['nodes']} nodes):"
-        f" stages (s) {pd['seconds']}, report {pd['report_mib']} MiB"
-        for pd in results.get("pending_diagnostics", [])
     )
     lv = results.get("live")
     if lv is not None:
@@ -508,21 +562,34 @@ def summary(results: dict[str, Any]) -> list[str]:
 
 
 def _goals(results: dict[str, Any]) -> list[tuple[str, float, float, bool]]:
-    last = results["offline"]["scales"][-1]
+    off = results["offline"]
+    json_cases = [r for r in off["cases"] if r["format"] == "json"]
+    largest = max(r["pods"] for r in json_cases)
     goals = [
         (
-            "offline time / json.loads time",
-            last["time_ratio"],
+            f"offline time / json.loads time, worst at {largest} pods",
+            max(r["time_ratio"] for r in json_cases if r["pods"] == largest),
             GOALS["offline_time_vs_json_loads"],
             True,
         ),
         (
-            "offline peak RSS / json.loads peak",
-            last["rss_ratio"],
+            f"offline peak RSS / json.loads peak, worst at {largest} pods",
+            max(r["rss_ratio"] for r in json_cases if r["pods"] == largest),
             GOALS["offline_rss_vs_json_loads"],
             True,
         ),
+        (
+            "cost per object, largest / smallest scale",
+            off["per_object_cost_growth"],
+            GOALS["per_object_cost_growth"],
+            True,
+        ),
     ]
+    goals.extend(
+        ("YAML scan / JSON scan", r["time_ratio_vs_json_scan"], GOALS["yaml_vs_json_scan"], True)
+        for r in off["cases"]
+        if "time_ratio_vs_json_scan" in r
+    )
     lv = results.get("live") or {}
     if "time_ratio_vs_raw_list" in lv:
         goals.append(
@@ -551,12 +618,13 @@ def main() -> None:
     parser.add_argument("--scales", default="10000,50000,150000", help="pods per offline dump")
     parser.add_argument("--live-pods", type=int, default=20000, help="0: no live benchmark")
     parser.add_argument("--checkov-pods", type=int, default=1000, help="0: no Checkov run")
+    parser.add_argument("--sweep-pods", type=int, default=150000, help="pods of the shape sweep")
+    parser.add_argument("--yaml-pods", type=int, default=50000, help="0: no YAML measurement")
     parser.add_argument(
-        "--pending-scales",
-        default="2000,10000",
-        help="pods of the dumps whose --pending-share GPU workloads stay Pending ('' for none)",
+        "--pending-shares", default="0,0.0025,0.02", help="shares of pods that are Pending GPU pods"
     )
-    parser.add_argument("--pending-share", type=float, default=0.1)
+    parser.add_argument("--node-classes", default="5,50,500", help="distinct node shapes")
+    parser.add_argument("--namespaces", default="10,2000", help="namespace counts")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--work", type=Path, default=Path(tempfile.gettempdir()) / "gpu-audit-bench"
@@ -566,18 +634,21 @@ def main() -> None:
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     scales = sorted(int(s) for s in args.scales.split(","))
+    cases = offline_cases(
+        scales,
+        args.sweep_pods,
+        args.yaml_pods,
+        [float(v) for v in args.pending_shares.split(",")],
+        [int(v) for v in args.node_classes.split(",")],
+        [int(v) for v in args.namespaces.split(",")],
+    )
     results: dict[str, Any] = {
         "commit": _commit(),
         "machine": f"{platform.python_implementation()} {platform.python_version()}, "
         f"{os.cpu_count()} CPUs, {platform.machine()}",
         "goals": GOALS,
-        "offline": offline(args.work, scales, args.seed, args.profile_top),
+        "offline": offline(args.work, cases, scales, args.seed, args.profile_top),
     }
-    results["pending_diagnostics"] = [
-        pending_diagnostics(args.work, int(pods), args.seed, args.pending_share)
-        for pods in args.pending_scales.split(",")
-        if pods
-    ]
     if args.live_pods:
         results["live"] = live(args.work, args.live_pods, args.seed)
     if args.checkov_pods:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpu_audit.reports.terminal import cell, table
+from gpu_audit.reports.terminal import cell, table, wrap_lines
 
 _STATUS = {"pass": "PASS", "fail": "FAIL", "not_evaluated": "not evaluated"}
 
@@ -36,13 +36,18 @@ def _heading(framework: Mapping[str, Any]) -> str:
     )
 
 
-def compliance_lines(frameworks: Sequence[Mapping[str, Any]]) -> list[str]:
+def compliance_lines(
+    frameworks: Sequence[Mapping[str, Any]], width: int | None = None
+) -> list[str]:
     lines: list[str] = []
     for framework in frameworks:
         rows = [
             [cell(c["id"]), _STATUS[c["status"]], cell(c["title"]), _detail(c)]
             for c in framework["controls"]
         ]
-        controls = table(rows, ["CONTROL", "STATUS", "TITLE", "DETAIL"], [None, None, 45, 60])
-        lines.extend([_heading(framework), controls, ""])
+        controls = table(
+            rows, ["CONTROL", "STATUS", "TITLE", "DETAIL"], [None, None, 45, 60], width=width
+        )
+        heading = _heading(framework)
+        lines.extend([heading if width is None else wrap_lines(heading, width), controls, ""])
     return lines

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpu_audit.reports.terminal import block, cell, table
+from gpu_audit.reports.terminal import block, cell, table, wrap_lines
 
 MAX_NODE_ROWS = 30
 # NODES, READY, CORDONED and CAPACITY to HELD are numbers; the other columns stay as written.
@@ -37,8 +37,9 @@ def _mig(pool: Mapping[str, Any]) -> str:
     return cell(f"{mig['strategy']}: {profiles}" if profiles else mig["strategy"])
 
 
-def render_inventory(inventory: Mapping[str, Any]) -> str:
-    """One row per pool, GPU product and GPU resource, then the cluster totals."""
+def render_inventory(inventory: Mapping[str, Any], width: int | None = None) -> str:
+    """One row per pool, GPU product and GPU resource, then the cluster totals; with `width`,
+    laid out to that many columns (a record per row when the table is wider)."""
     headers = [
         "POOL",
         "PRODUCT",
@@ -74,7 +75,7 @@ def render_inventory(inventory: Mapping[str, Any]) -> str:
     )
     lines = ["GPU inventory", ""]
     if rows:
-        lines.append(table(rows, headers, numbers=_INVENTORY_NUMBERS))
+        lines.append(table(rows, headers, numbers=_INVENTORY_NUMBERS, width=width))
     else:
         lines.append("No GPU nodes in the input.")
     lines += [
@@ -83,12 +84,24 @@ def render_inventory(inventory: Mapping[str, Any]) -> str:
         "HELD: requested by running pods whose GPU containers have all exited. FIT: how many "
         "more pods of 1/2/4/8 units fit on ready, uncordoned nodes.",
     ]
+    fabric = [_fabric_line(pool) for pool in inventory["pools"]]
+    if any(pool.get("fabric") for pool in inventory["pools"]):
+        lines += ["", "Fabric devices per node (EFA, RDMA, GKE networks):", *fabric]
     if inventory["finished_gpu_pods"]:
         lines.append(
             "Succeeded/Failed pods that requested GPUs (they hold none): "
             + cell(", ".join(inventory["finished_gpu_pods"]))
         )
-    return "\n".join(lines) + "\n"
+    return _fit("\n".join(lines), width) + "\n"
+
+
+def _fabric_line(pool: Mapping[str, Any]) -> str:
+    devices = ", ".join(f"{count} {name}" for name, count in pool.get("fabric", {}).items())
+    return f"  {cell(pool['pool'])} ({cell(pool['product'])}): " + cell(devices or "none")
+
+
+def _fit(text: str, width: int | None) -> str:
+    return text if width is None else wrap_lines(text, width)
 
 
 def _counts_row(res: Mapping[str, Any]) -> list[Any]:
@@ -146,7 +159,7 @@ def _node_rows(nodes: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     return rows
 
 
-def render_explanation(explanation: Mapping[str, Any]) -> str:
+def render_explanation(explanation: Mapping[str, Any], width: int | None = None) -> str:
     pod = explanation["pod"]
     origin = explanation["template"]
     title = (
@@ -168,7 +181,12 @@ def render_explanation(explanation: Mapping[str, Any]) -> str:
         lines.append(f"  [{mark}] {cell(check['predicate'])}: {cell(check['detail'])}")
     rows = _node_rows(explanation["nodes"])
     if rows:
-        nodes = table(rows, ["NODE", "GPU", "SCHEDULER SAYS", "WHY"], [None, None, 50, 70])
+        nodes = table(
+            rows,
+            ["NODE", "GPU", "SCHEDULER SAYS", "WHY"],
+            [None, None, 50, 70],
+            width=None if width is None else width - 2,
+        )
         lines += ["", _indent(nodes, "  ")]
         hidden = explanation.get("nodes_evaluated", len(explanation["nodes"])) - len(rows)
         if hidden > 0:
@@ -179,24 +197,25 @@ def render_explanation(explanation: Mapping[str, Any]) -> str:
                 else "see --format json"
             )
             lines.append(f"  ... and {hidden} more nodes ({where})")
-    if explanation["fixes"]:
-        lines += ["", "  Fix:"]
-        lines += [_indent(block(fix)) for fix in explanation["fixes"]]
-    return "\n".join(lines) + "\n"
+    text = _fit("\n".join(lines), width)
+    if explanation["fixes"]:  # YAML to copy: only its comments are wrapped
+        fixes = "\n".join(_indent(block(fix)) for fix in explanation["fixes"])
+        text += "\n\n  Fix:\n" + (fixes if width is None else wrap_lines(fixes, width, yaml=True))
+    return text + "\n"
 
 
-def render_pending(explanations: Sequence[Mapping[str, Any]]) -> str:
-    return "\n".join(render_explanation(e) for e in explanations)
+def render_pending(explanations: Sequence[Mapping[str, Any]], width: int | None = None) -> str:
+    return "\n".join(render_explanation(e, width) for e in explanations)
 
 
-def diagnostics_lines(diagnostics: Mapping[str, Any] | None) -> list[str]:
+def diagnostics_lines(diagnostics: Mapping[str, Any] | None, width: int | None = None) -> list[str]:
     """The scan report's diagnostics section (absent from reports of older versions)."""
     if not diagnostics:
         return []
     lines = []
     if diagnostics["inventory"] is not None:
-        lines += [render_inventory(diagnostics["inventory"])]
+        lines += [render_inventory(diagnostics["inventory"], width)]
     pending = diagnostics["pending_pods"]
     if pending:
-        lines += [f"Pending GPU pods ({len(pending)}):", "", render_pending(pending)]
+        lines += [f"Pending GPU pods ({len(pending)}):", "", render_pending(pending, width)]
     return lines

@@ -10,18 +10,41 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpu_audit.reports.base import Document, Renderer, related_groups
+from gpu_audit.reports.base import (
+    Document,
+    Renderer,
+    fix_command,
+    impact_text,
+    number,
+    related_groups,
+)
 from gpu_audit.reports.table import SEVERITIES
 
 CLUSTER_SCOPED = "(cluster-scoped)"
 NAMESPACE_CHART_ROWS = 20  # the chart shows the lowest-scoring ones; the table lists them all
+FIX_FIRST = 10  # findings in the "Fix first" list at the top
+INCOMPLETE = "incomplete"  # the grade below the coverage floor (gpu_audit.scoring)
+_BINARY_UNITS = (
+    ("Ei", 2**60),
+    ("Pi", 2**50),
+    ("Ti", 2**40),
+    ("Gi", 2**30),
+    ("Mi", 2**20),
+    ("Ki", 2**10),
+)
+_SUFFIXED_BYTES = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi)\b")
+_MILLICORES = re.compile(r"(?<![\w.])(\d+)m\b")
+_PLAIN_INT = re.compile(r"(?<![\w.])(\d{5,})(?![\w.])")
+BYTE_RESOURCES = ("memory", "ephemeral-storage", "hugepages-")
+WHOLE_GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 
 
 def http_url(value: object) -> str | None:
@@ -30,13 +53,6 @@ def http_url(value: object) -> str | None:
         return None
     parts = urlsplit(value.strip())
     return value.strip() if parts.scheme in ("http", "https") and parts.netloc else None
-
-
-def number(value: object) -> str:
-    """Quantities as the document gives them: 8 and 0.5, never 8.0."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    return format(Decimal(str(value)).normalize(), "f")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +65,22 @@ class Bar:
     css: str
 
 
+def coverage_text(row: Mapping[str, Any]) -> str:
+    """ "5 of 9 checks evaluated" for a score row that says (schema 1.3), else ""."""
+    cov = row.get("coverage")
+    if not cov:
+        return ""
+    return f"{cov['evaluated']} of {cov['applicable']} checks evaluated"
+
+
 def _score_bar(label: str, row: Mapping[str, Any]) -> Bar:
+    cov = coverage_text(row)
     if row["score"] is None:
         return Bar(label, None, "not evaluated", "fill-none")
-    text = f"{row['score']:.1f} · {row['grade']}"
-    return Bar(label, row["score"] / 100, text, f"fill-{row['grade']}")
+    grade = row["grade"]
+    text = f"{row['score']:.1f} · {grade}" + (f" · {cov}" if cov else "")
+    css = "fill-none" if grade in (None, INCOMPLETE) else f"fill-{grade}"
+    return Bar(label, row["score"] / 100, text, css)
 
 
 def _severity_bars(document: Document) -> list[Bar]:
@@ -103,13 +130,82 @@ def _csp_hash(text: str) -> str:
     return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
 
 
+def worst_severity(items: Sequence[Mapping[str, Any]]) -> str:
+    """The most severe severity among these findings."""
+    return str(min((f["severity"] for f in items), key=SEVERITIES.index))
+
+
 def _group_by_check(document: Document, items: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Findings under their check, in the document's order (severity first)."""
+    """Findings under their check, in the document's order (severity first). A group's
+    severity is its worst finding's: a check's findings may be rated below its default."""
     checks = {c["id"]: c for c in document["checks"]}
     grouped: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for finding in items:
         grouped[finding["check_id"]].append(finding)
-    return [{"check": checks[cid], "findings": found} for cid, found in grouped.items()]
+    return [
+        {"check": checks[cid], "findings": found, "severity": worst_severity(found)}
+        for cid, found in grouped.items()
+    ]
+
+
+def _fix_first(document: Document) -> list[dict[str, Any]]:
+    """The first findings of the document's order (severity, then GPU impact), each with its
+    fix in one line: its command, else the state its check asks for (the check's title)."""
+    return [{"finding": f, "command": fix_command(f)} for f in document["findings"][:FIX_FIRST]]
+
+
+def _bytes(value: Decimal) -> str:
+    """Bytes in the largest binary unit they reach: 256Gi, 29.9Gi, 512."""
+    for unit, size in _BINARY_UNITS:
+        if abs(value) >= size:
+            scaled = value / size
+            if scaled == scaled.to_integral_value():
+                return f"{int(scaled)}{unit}"
+            return f"{format(round(scaled, 1).normalize(), 'f')}{unit}"
+    return number(int(value)) if value == value.to_integral_value() else number(float(value))
+
+
+def _cores(value: Decimal) -> str:
+    text = format(round(value, 2).normalize(), "f")
+    return f"{text} core{'' if value == 1 else 's'}"
+
+
+def quantity(value: object, resource: str) -> str:
+    """A resource amount as a person reads it: memory in Gi/Mi, CPU in cores, GPUs counted."""
+    if isinstance(value, bool):
+        return str(value)
+    try:
+        amount = Decimal(str(value))
+    except InvalidOperation:
+        return humanise(f"{resource}: {value}").split(": ", 1)[1]
+    if resource.startswith(BYTE_RESOURCES):
+        return _bytes(amount)
+    if resource == "cpu":
+        return _cores(amount)
+    if resource in WHOLE_GPU_RESOURCES:
+        return f"{number(value)} GPU{'' if amount == 1 else 's'}"
+    return number(value)
+
+
+def _suffixed(match: re.Match[str]) -> str:
+    unit = dict(_BINARY_UNITS)[match.group(2)]
+    return _bytes(Decimal(match.group(1)) * unit)
+
+
+def humanise(text: str) -> str:
+    """Quantities in a sentence made readable: `allocatable 31369508Ki` -> 29.9Gi, a memory
+    clause's raw bytes -> Gi, a cpu clause's millicores -> cores. Display only: the JSON and
+    the remediations keep the exact values."""
+    clauses = []
+    for clause in text.split(";"):
+        head = clause.lstrip().split(":", 1)[0]
+        clause = _SUFFIXED_BYTES.sub(_suffixed, clause)
+        if head.startswith(BYTE_RESOURCES):
+            clause = _PLAIN_INT.sub(lambda m: _bytes(Decimal(m.group(1))), clause)
+        elif head == "cpu":
+            clause = _MILLICORES.sub(lambda m: _cores(Decimal(m.group(1)) / 1000), clause)
+        clauses.append(clause)
+    return ";".join(clauses)
 
 
 def _filter_options(document: Document) -> dict[str, list[tuple[str, str]]]:
@@ -137,6 +233,10 @@ def render_html(document: Document, color: bool = False) -> str:
     )
     env.filters["http_url"] = http_url
     env.filters["number"] = number
+    env.filters["quantity"] = quantity
+    env.filters["humanise"] = humanise
+    env.filters["impact_text"] = impact_text
+    env.filters["coverage_text"] = coverage_text
     env.globals["usage_segments"] = usage_segments
     env.globals["related_groups"] = related_groups
     # The page's own assets, inserted verbatim: they are files of this package, not cluster data.
@@ -154,6 +254,7 @@ def render_html(document: Document, color: bool = False) -> str:
         csp=csp,
         severities=SEVERITIES,
         groups=_group_by_check(document, document["findings"]),
+        fix_first=_fix_first(document),
         exempted_groups=_group_by_check(document, document.get("exempted_findings") or []),
         options=_filter_options(document),
         charts={

@@ -12,9 +12,23 @@ from typing import Any
 from gpu_audit.reports.base import Document, Renderer, object_name, related_lines
 from gpu_audit.reports.compliance_table import compliance_lines
 from gpu_audit.reports.diagnostics_table import diagnostics_lines
-from gpu_audit.reports.terminal import cell, table
+from gpu_audit.reports.terminal import (
+    DEFAULT_WIDTH,
+    cell,
+    fit_widths,
+    natural_width,
+    strip_colour,
+    table,
+    wrap_lines,
+)
+from gpu_audit.snapshot import API_NOT_SERVED, CRD_NOT_INSTALLED
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
+# How gpu_audit.sources.live words a gap: an API the cluster does not serve (nothing to fix),
+# and a list the scanner's identity may not do.
+ABSENT_API = (CRD_NOT_INSTALLED, API_NOT_SERVED)
+FORBIDDEN = "forbidden: list "
+HEADER_PADDING = 2  # tabulate's "simple" format makes a column two wider than its header
 _COLOURS = {"critical": "\033[1;31m", "high": "\033[31m", "medium": "\033[33m", "low": "\033[36m"}
 _RESET = "\033[0m"
 
@@ -35,12 +49,26 @@ def _exempted_by(exemption: Mapping[str, Any]) -> str:
     return cell(f"{exemption['file']} entry {exemption['entry']}{until}")
 
 
+def _filter_line(shown: Mapping[str, Any]) -> str:
+    """What `output_filter` (--namespace, --min-severity) left out of the findings shown."""
+    hidden = shown["hidden_findings"]
+    if not shown.get("namespace"):
+        floor = cell(shown["min_severity"])
+        return f"Showing findings at or above {floor}: {hidden} below it not shown"
+    which = f"on objects of namespace {cell(shown['namespace'])}"
+    if shown.get("min_severity"):
+        which += f" at or above {cell(shown['min_severity'])}"
+    return f"Showing findings {which}: {hidden} others not shown (cluster-scoped ones included)"
+
+
 def _baseline_line(baseline: Mapping[str, Any], name: str) -> str:
     counts = baseline["summary"]
     line = (
         f"Compared with {cell(name)}: {counts['new']} new, {counts['resolved']} resolved, "
         f"{counts['unchanged']} unchanged"
     )
+    if counts.get("severity_changed"):  # from diff schema 1.1
+        line += f", {counts['severity_changed']} with a new severity"
     if counts["not_rechecked"]:
         line += f", {counts['not_rechecked']} not re-checked (their check did not run)"
     return line
@@ -50,23 +78,54 @@ def _baseline_line(baseline: Mapping[str, Any], name: str) -> str:
 RELATED_NAMES_SHOWN = 2
 
 
+def _without_object(message: str, resource: Mapping[str, Any]) -> str:
+    """The message without the object it opens with (the OBJECT column shows it)."""
+    name = object_name(resource)
+    if message.startswith(name) and message[len(name) : len(name) + 1] in (" ", ":"):
+        return message[len(name) :].lstrip(" :") or message
+    return message
+
+
 def _finding_text(finding: Mapping[str, Any]) -> str:
     """The message, then one line per role of its related objects, a few names each; each
     line made printable on its own, so that only these newlines are layout."""
-    text = cell(finding["message"]) + (" (exempted)" if finding.get("exempted") else "")
+    message = _without_object(finding["message"], finding["resource"])
+    text = cell(message) + (" (exempted)" if finding.get("exempted") else "")
     return "\n".join([text, *map(cell, related_lines(finding, RELATED_NAMES_SHOWN))])
 
 
+def _fitted(
+    rows: Sequence[Sequence[str]], headers: Sequence[str], shares: Sequence[int], width: int
+) -> str:
+    """A table laid out to `width` columns: the columns of share 0 at their natural width,
+    the others wrapped in proportion to their shares."""
+    natural = [
+        max(len(header) + HEADER_PADDING, natural_width([strip_colour(row[i]) for row in rows]))
+        for i, header in enumerate(headers)
+    ]
+    return table(rows, headers, fit_widths(width, natural, shares))
+
+
+def _severity_text(finding: Mapping[str, Any]) -> str:
+    """The severity, and the one it had before when a comparison says it changed."""
+    was = finding.get("old_severity")
+    now = cell(finding["severity"].upper())
+    return f"{cell(was.upper())}->{now}" if was else now
+
+
 def _findings_table(
-    findings: Sequence[Mapping[str, Any]], color: bool, new: Collection[str] | None
+    findings: Sequence[Mapping[str, Any]],
+    color: bool,
+    new: Collection[str] | None,
+    width: int = DEFAULT_WIDTH,
 ) -> str:
     """Findings of a report or of a comparison (whose items say when they are exempted); with
     `new` (the fingerprints new since a baseline), a first column marks those."""
     headers = ["SEVERITY", "CHECK", "OBJECT", "FINDING"]
-    widths: list[int | None] = [None, None, 40, 70]
+    shares = [0, 0, 2, 3]
     rows = [
         [
-            _paint(cell(f["severity"].upper()), f["severity"], color),
+            _paint(_severity_text(f), f["severity"], color),
             cell(f["check_id"]),
             cell(object_name(f["resource"])),
             _finding_text(f),
@@ -74,15 +133,15 @@ def _findings_table(
         for f in findings
     ]
     if new is not None:
-        headers, widths = ["BASELINE", *headers], [None, *widths]
+        headers, shares = ["BASELINE", *headers], [0, *shares]
         rows = [
             ["new" if f["fingerprint"] in new else "", *row]
             for f, row in zip(findings, rows, strict=True)
         ]
-    return table(rows, headers, widths)
+    return _fitted(rows, headers, shares, width)
 
 
-def _exempted_table(findings: Sequence[Mapping[str, Any]]) -> str:
+def _exempted_table(findings: Sequence[Mapping[str, Any]], width: int) -> str:
     rows = [
         [
             cell(f["check_id"]),
@@ -92,15 +151,69 @@ def _exempted_table(findings: Sequence[Mapping[str, Any]]) -> str:
         ]
         for f in findings
     ]
-    return table(rows, ["CHECK", "OBJECT", "EXEMPTED BY", "REASON"], [None, 40, 40, 60])
+    return _fitted(rows, ["CHECK", "OBJECT", "EXEMPTED BY", "REASON"], [0, 2, 2, 3], width)
 
 
-def render_table(document: Document, color: bool = False) -> str:
+def _rbac_rule(reason: str) -> list[str]:
+    """The ClusterRole rule a "forbidden: list PLURAL[.GROUP]" gap asks for, as YAML lines of
+    a `rules:` list; none for any other gap."""
+    if not reason.startswith(FORBIDDEN):
+        return []
+    plural, _, group = reason[len(FORBIDDEN) :].strip().partition(".")
+    return [
+        f'- apiGroups: ["{cell(group)}"]',
+        f'  resources: ["{cell(plural)}"]',
+        '  verbs: ["list"]',
+    ]
+
+
+def _gap_lines(document: Document) -> list[str]:
+    """What the source could not read: first the real gaps, which make the scan incomplete
+    (each forbidden list with the RBAC rule to add), then, apart, the APIs this cluster does
+    not serve (their checks do not apply: nothing to fix)."""
+    gaps = document["source"]["gaps"]
+    absent = [g for g in gaps if g["reason"].startswith(ABSENT_API)]
+    failed = [g for g in gaps if not g["reason"].startswith(ABSENT_API)]
+    lines: list[str] = []
+    if failed:
+        lines.append(
+            f"INCOMPLETE: {len(failed)} resource type(s) could not be read; the checks that "
+            "need them were not evaluated:"
+        )
+        for gap in failed:
+            lines.append(f"  {cell(gap['type'])}: {cell(gap['reason'])}")
+            rule = _rbac_rule(gap["reason"])
+            if rule:
+                lines.append("    add this rule to the scanner's ClusterRole:")
+                lines.extend(f"      {line}" for line in rule)
+        if any(_rbac_rule(g["reason"]) for g in failed):
+            lines.append("  (`gpu-audit rbac` prints the whole role a scan needs)")
+    elif not document["complete"]:
+        lines.append("INCOMPLETE: a check raised (see Not assessed below)")
+    if absent:
+        names = ", ".join(cell(g["reason"].partition(":")[2].strip()) for g in absent)
+        lines.extend(
+            [
+                *([""] if lines else []),
+                f"Not installed in this cluster (their checks do not apply): {names}",
+            ]
+        )
+    return [*lines, ""] if lines else []
+
+
+def render_table(document: Document, color: bool = False, width: int | None = None) -> str:
+    """The terminal report. With `width` (a terminal's), everything is laid out that many
+    characters wide: tables fitted, or given as records; long lines wrapped. Without (a file
+    or a pipe), only the findings tables are wrapped, DEFAULT_WIDTH wide, and every other line
+    stays whole, for grep."""
     score, cov, summary = document["score"], document["coverage"], document["summary"]
+    fitted = width or DEFAULT_WIDTH
     overall = (
         "n/a (nothing evaluated)" if score["overall"] is None else f"{score['overall']:.1f}/100"
     )
     grade = cell(score["grade"] or "-")
+    if score["grade"] == "incomplete":  # gpu_audit.scoring.COVERAGE_FLOOR
+        grade += " (too few of the applicable checks evaluated for a grade)"
     if score["capped_by"]:
         grade += f" (capped: a {cell(score['capped_by'])} check fails)"
     source = document["source"]
@@ -125,17 +238,24 @@ def render_table(document: Document, color: bool = False) -> str:
     baseline = document.get("baseline")
     if baseline:
         lines.append(_baseline_line(baseline, baseline["file"]))
+    shown = document.get("output_filter")
+    if shown and shown["hidden_findings"]:
+        lines.append(_filter_line(shown))
     lines.append("")
+    lines.extend(_gap_lines(document))
+    # Prose so far (the tables below are laid out to the width already, and the YAML of the
+    # diagnostics' fixes must not be wrapped): wrapped on a terminal.
+    lines = [_prose("\n".join(lines), width)]
     if document["findings"]:
         new = {f["fingerprint"] for f in baseline["findings"]["new"]} if baseline else None
-        lines.extend([_findings_table(document["findings"], color, new), ""])
+        lines.extend([_findings_table(document["findings"], color, new, fitted), ""])
     if exempted:
-        lines.extend(["Exempted findings:", _exempted_table(exempted), ""])
+        lines.extend(["Exempted findings:", _exempted_table(exempted, fitted), ""])
     if baseline and baseline["findings"]["resolved"]:
         lines.extend(
             [
                 "Resolved since the baseline:",
-                _findings_table(baseline["findings"]["resolved"], color, None),
+                _findings_table(baseline["findings"]["resolved"], color, None, fitted),
                 "",
             ]
         )
@@ -149,16 +269,23 @@ def render_table(document: Document, color: bool = False) -> str:
         rows = [
             [cell(c["id"]), cell(c["status"].replace("_", " ")), cell(c["reason"])] for c in blocked
         ]
-        lines.append(table(rows, ["CHECK", "STATUS", "REASON"], [None, None, 80]))
+        lines.append(_fitted(rows, ["CHECK", "STATUS", "REASON"], [0, 0, 1], fitted))
         lines.append("")
-    lines.extend(diagnostics_lines(document.get("diagnostics")))
-    lines.extend(compliance_lines(document.get("compliance", [])))  # absent before schema 1.1
+    lines.extend(diagnostics_lines(document.get("diagnostics"), width))
+    lines.extend(compliance_lines(document.get("compliance", []), width))  # from schema 1.1
     exemption_warnings = document.get("exemptions", {}).get("warnings", [])
-    lines.extend(f"warning: {cell(w)}" for w in [*source["warnings"], *exemption_warnings])
+    lines.extend(
+        _prose(f"warning: {cell(w)}", width) for w in [*source["warnings"], *exemption_warnings]
+    )
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def render_diff_table(document: Document, color: bool = False) -> str:
+def _prose(text: str, width: int | None) -> str:
+    """Lines of text wrapped to a terminal's width; whole without one."""
+    return text if width is None else wrap_lines(text, width)
+
+
+def render_diff_table(document: Document, color: bool = False, width: int | None = None) -> str:
     """`gpu-audit diff`: both scores, the counts, then the new and the resolved findings."""
 
     def about(report: Mapping[str, Any]) -> str:
@@ -178,10 +305,13 @@ def render_diff_table(document: Document, color: bool = False) -> str:
     for group, heading in (
         ("new", "New:"),
         ("resolved", "Resolved:"),
+        ("severity_changed", "Severity changed:"),
         ("not_rechecked", "Not re-checked (their check did not run in the new report):"),
     ):
         if groups[group]:
-            lines.extend([heading, _findings_table(groups[group], color, None), ""])
+            lines.extend(
+                [heading, _findings_table(groups[group], color, None, width or DEFAULT_WIDTH), ""]
+            )
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

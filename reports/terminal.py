@@ -18,6 +18,7 @@ that says how much was left out (the JSON and HTML reports keep them whole).
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -64,14 +65,106 @@ def table(
     headers: Sequence[str],
     widths: Sequence[int | None] | None = None,
     numbers: Collection[int] = (),
+    width: int | None = None,
 ) -> str:
     """tabulate's "simple" table of cells the caller made safe with `cell`; only the columns in
-    `numbers` are read as numbers (a pool named 1e3 stays 1e3, not 1000); `widths` wraps."""
+    `numbers` are read as numbers (a pool named 1e3 stays 1e3, not 1000); `widths` wraps.
+    With `width`, a table wider than that is given as one record per row instead (`records`)."""
     text_columns = [i for i in range(len(headers)) if i not in numbers]
-    return tabulate(
+    text = tabulate(
         rows,
         headers=list(headers),
         tablefmt="simple",
         maxcolwidths=list(widths) if widths is not None else None,
         disable_numparse=text_columns,
     )
+    if width is not None and natural_width([text]) > width:
+        return records(rows, headers, width)
+    return text
+
+
+def records(rows: Sequence[Sequence[Any]], headers: Sequence[str], width: int) -> str:
+    """A table too wide for the terminal, one row per paragraph: the first cell, then
+    "header value" for each other non-empty cell, wrapped to `width`."""
+    lines = []
+    for first, *rest in rows:
+        pairs = [
+            f"{header.lower()} {value}"
+            for header, value in zip(headers[1:], rest, strict=True)
+            if str(value) != ""
+        ]
+        lines.append(" ".join(f"{first}: {', '.join(pairs)}".split("\n")))
+    return wrap_lines("\n".join(lines), width)
+
+
+def wrap_lines(text: str, width: int, yaml: bool = False) -> str:
+    """Each line longer than `width` (not counting the renderers' colour codes) wrapped at
+    spaces, its continuation lines indented two more than the line itself (a `# ` comment's
+    go on as comments); shorter lines unchanged. With `yaml`, only comments are wrapped: any
+    other line of YAML stays whole, as it must to keep its meaning."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        body = line.lstrip(" ")
+        comment = body.startswith("# ")
+        if len(strip_colour(line)) <= width or (yaml and not comment):
+            out.append(line)
+            continue
+        lead = line[: len(line) - len(body)]
+        out.extend(
+            textwrap.wrap(
+                body,
+                width,
+                initial_indent=lead,
+                subsequent_indent=lead + ("# " if comment else "  "),
+                break_on_hyphens=False,
+            )
+        )
+    return "\n".join(out)
+
+
+# The width of the table written to a file or a pipe: the same bytes whatever terminal ran
+# the command. On a terminal the table is laid out to its width instead.
+DEFAULT_WIDTH = 120
+MIN_COLUMN = 10  # a wrapped column narrower than this is unreadable
+_GUTTER = 2  # tabulate's "simple" format puts two spaces between columns
+
+
+def natural_width(texts: Sequence[str]) -> int:
+    """The widest line of these cells (cells of several lines count line by line)."""
+    return max((len(line) for text in texts for line in text.split("\n")), default=0)
+
+
+def fit_widths(width: int, natural: Sequence[int], shares: Sequence[int]) -> list[int | None]:
+    """Column widths (tabulate's maxcolwidths) for a table `width` characters wide: a column
+    of share 0 keeps its natural width (None: not wrapped); the others split what is left of
+    the line in proportion to their shares, a column that needs less than its part keeping its
+    natural width and leaving the rest to the others; none goes below MIN_COLUMN, so a very
+    narrow terminal gets a table wider than itself rather than an unreadable one."""
+    widths: list[int | None] = [None] * len(natural)
+    space = width - _GUTTER * (len(natural) - 1)
+    space -= sum(n for n, share in zip(natural, shares, strict=True) if share == 0)
+    flexible = {i for i, share in enumerate(shares) if share > 0}
+    settled = True
+    while flexible and settled:
+        settled = False
+        total = sum(shares[i] for i in flexible)
+        for i in sorted(flexible):
+            if natural[i] <= space * shares[i] // total:
+                widths[i] = natural[i]
+                space -= natural[i]
+                flexible.discard(i)
+                settled = True
+                break
+    total = sum(shares[i] for i in flexible)
+    for i in sorted(flexible):
+        widths[i] = max(MIN_COLUMN, space * shares[i] // total)
+    return widths
+
+
+_SGR = re.compile("\x1b\\[[0-9;]*m")
+
+
+def strip_colour(text: str) -> str:
+    """`text` without the colour codes the renderers themselves add (SGR sequences; any ESC
+    from the cluster was already escaped by `cell`)."""
+    return _SGR.sub("", text)

@@ -34,6 +34,7 @@ from gpu_audit.k8s.dra import (
     device_class,
     extended_resource_classes,
     generated_claim_name,
+    gets_gpus_through_dra,
     match_request,
     node_devices,
     pod_claim_object,
@@ -45,6 +46,28 @@ from gpu_audit.k8s.events import (
     event_note,
     event_regarding,
     event_time,
+)
+from gpu_audit.k8s.fabric import (
+    EFA,
+    FABRIC_JOB_TYPES,
+    GKE_INTERFACES_ANNOTATION,
+    HUGEPAGES_2MI,
+    Landing,
+    MultiNodeTemplate,
+    NodeShape,
+    env_values,
+    fabric_family,
+    gke_interfaces,
+    is_fabric_resource,
+    landing,
+    multi_node_templates,
+    node_fabric,
+    node_gpu_count,
+    node_shape,
+    per_gpu_share,
+    pod_fabric,
+    template_gpus,
+    template_pods,
 )
 from gpu_audit.k8s.gpu_hosts import (
     gpu_hosts,
@@ -104,6 +127,7 @@ from gpu_audit.k8s.kserve import (
     runtime_name,
     select_runtime,
 )
+from gpu_audit.k8s.kubeflow_trainer import replicated_job_pods
 from gpu_audit.k8s.kueue import (
     CLUSTER_QUEUE,
     COHORT,
@@ -249,6 +273,7 @@ from gpu_audit.k8s.training_jobs import (
     replica_groups,
 )
 from gpu_audit.model import (
+    AdmissionRule,
     Category,
     Check,
     CheckFunction,
@@ -291,6 +316,7 @@ API_GROUPS: tuple[ApiGroup, ...] = (
             "Severity",
             "FixKind",
             "Remediation",
+            "AdmissionRule",
             "Check",
             "CheckFunction",
             "Result",
@@ -475,6 +501,7 @@ API_GROUPS: tuple[ApiGroup, ...] = (
             "VOLCANO_JOB",
             "ReplicaGroup",
             "replica_groups",
+            "replicated_job_pods",
             "owned_pods",
             "owner_kinds",
             "count_field",
@@ -593,6 +620,7 @@ API_GROUPS: tuple[ApiGroup, ...] = (
             "RequestMatch",
             "match_request",
             "selects_nvidia_gpus",
+            "gets_gpus_through_dra",
             "extended_resource_classes",
             "claims_to_allocate",
             "PodClaim",
@@ -602,6 +630,33 @@ API_GROUPS: tuple[ApiGroup, ...] = (
             "generated_claim_name",
             "claim_uses",
             "compute_domain_templates",
+        ),
+    ),
+    ApiGroup(
+        "Multi-node fabric",
+        "EFA, RDMA and GKE multi-network resources of nodes and pods, the GPU jobs whose pods "
+        "span nodes and talk NCCL, and the nodes they land on.",
+        (
+            "EFA",
+            "HUGEPAGES_2MI",
+            "GKE_INTERFACES_ANNOTATION",
+            "FABRIC_JOB_TYPES",
+            "fabric_family",
+            "is_fabric_resource",
+            "node_fabric",
+            "node_gpu_count",
+            "pod_fabric",
+            "template_gpus",
+            "gke_interfaces",
+            "template_pods",
+            "MultiNodeTemplate",
+            "multi_node_templates",
+            "Landing",
+            "landing",
+            "NodeShape",
+            "node_shape",
+            "per_gpu_share",
+            "env_values",
         ),
     ),
     ApiGroup(
@@ -633,7 +688,11 @@ __all__ = [
     "DEPLOY_PREFIX",
     "DEVICE_CLASS",
     "DRA_CLAIM_TYPES",
+    "EFA",
     "ESSENTIAL_STACK_ROLES",
+    "FABRIC_JOB_TYPES",
+    "GKE_INTERFACES_ANNOTATION",
+    "HUGEPAGES_2MI",
     "INFERENCE_SERVICE",
     "KSERVE_ISVC_LABEL",
     "KUBEFLOW_REPLICA_KEYS",
@@ -664,6 +723,7 @@ __all__ = [
     "VOLCANO_JOB",
     "WORKLOAD_PRIORITY_CLASS",
     "WORKLOAD_TYPES",
+    "AdmissionRule",
     "Blocker",
     "BlockerKind",
     "Category",
@@ -675,7 +735,10 @@ __all__ = [
     "FixKind",
     "FlavorQuota",
     "FlavorUsage",
+    "Landing",
     "ModelSize",
+    "MultiNodeTemplate",
+    "NodeShape",
     "NvidiaRuntime",
     "ObjRef",
     "Outcome",
@@ -735,12 +798,14 @@ __all__ = [
     "effective_pod_request",
     "enabled_frameworks",
     "env_value",
+    "env_values",
     "event_count",
     "event_note",
     "event_regarding",
     "event_time",
     "evictions",
     "extended_resource_classes",
+    "fabric_family",
     "failed",
     "finished_as",
     "flavor_nodes",
@@ -748,6 +813,8 @@ __all__ = [
     "flavor_usage",
     "format_quantity",
     "generated_claim_name",
+    "gets_gpus_through_dra",
+    "gke_interfaces",
     "gpu_bound_nodes",
     "gpu_hosts",
     "gpu_nodes",
@@ -761,6 +828,7 @@ __all__ = [
     "image_tag",
     "is_bootstrapping",
     "is_extended_resource",
+    "is_fabric_resource",
     "is_finished",
     "is_gpu_bound_node",
     "is_gpu_host",
@@ -777,19 +845,24 @@ __all__ = [
     "is_transient_taint",
     "kueue_configuration",
     "label_selector_matches",
+    "landing",
     "map_selector_matches",
     "match_request",
     "model_format",
     "model_size",
+    "multi_node_templates",
     "names_gpu",
     "namespace_labels",
     "nfd_pci_labelled",
     "node_affinity_matches",
     "node_devices",
+    "node_fabric",
+    "node_gpu_count",
     "node_gpus",
     "node_is_ready",
     "node_is_schedulable",
     "node_selection",
+    "node_shape",
     "node_taints",
     "nodepool_gpu_scope",
     "nodepool_requirements",
@@ -803,8 +876,10 @@ __all__ = [
     "owner_kinds",
     "parse_quantity",
     "passed",
+    "per_gpu_share",
     "pod_claim_object",
     "pod_claims",
+    "pod_fabric",
     "pod_is_active",
     "pod_spec",
     "pod_templates",
@@ -818,6 +893,7 @@ __all__ = [
     "redact_text",
     "relate",
     "replica_groups",
+    "replicated_job_pods",
     "requeue_count",
     "resource_groups",
     "runs_on_spot",
@@ -829,6 +905,8 @@ __all__ = [
     "selects_nvidia_gpus",
     "stack_agent_runs_on",
     "str_map",
+    "template_gpus",
+    "template_pods",
     "template_spec",
     "templates_of",
     "tolerates",
@@ -864,6 +942,7 @@ def check(
     remediation_root: str = "",
     fix_kind: FixKind | None = None,
     remediation_generic: str = "",
+    admission: AdmissionRule | None = None,
 ) -> Callable[[CheckFunction], Check]:
     """Declare a check. Returns a `Check` value; nothing is registered as a side effect.
 
@@ -883,6 +962,9 @@ def check(
     placeholders (`<node>`, `<namespace>`). Left out, it is the template with each `$x` written
     `<x>`; a template that is only placeholders and comments (`$command   # $summary`) must
     give it, or the check cannot be declared.
+
+    `admission` is the check's form at admission, for checks decidable from the one object
+    being created (`gpu-audit admission` renders it as a ValidatingAdmissionPolicy).
     """
     try:
         fix = Remediation.declare(
@@ -913,6 +995,7 @@ def check(
             detection=_clean(detection),
             severity_evidence=_clean(severity_evidence),
             module=getattr(function, "__module__", ""),
+            admission=admission,
         )
 
     return wrap
@@ -966,7 +1049,6 @@ def _result(
         dict(fix or {}),
         pod_spec_path,
         _related(ref, related),
-        _container_keys(template) if isinstance(template, PodTemplate) else (),
         inherited,
     )
 
@@ -994,18 +1076,6 @@ def _on_base(target: Container | PodTemplate, path: str) -> tuple[Target, str] |
         if path == old or path.startswith((f"{old}.", f"{old}[")):
             return base_target, new + path[len(old) :]
     return None
-
-
-def _container_keys(template: PodTemplate) -> tuple[tuple[str, str], ...]:
-    """The containers written at a key beside the pod spec (spec.predictor.model), by name;
-    the key is "" for the container written at the pod spec's own level (a NIMService's)."""
-    prefix = f"{template.path}."
-    keys = tuple(
-        (name, path[len(prefix) :])
-        for name, path in template.container_paths
-        if path.startswith(prefix) and "." not in path[len(prefix) :] and "[" not in path
-    )
-    return (*keys, (template.inline_container, "")) if template.inline_container else keys
 
 
 def _related(ref: ObjRef, related: Iterable[RelatedRef]) -> tuple[RelatedRef, ...]:

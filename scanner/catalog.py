@@ -27,6 +27,14 @@ _FENCE = {
 }
 
 
+# What an admission rule of each scope judges, in the check reference.
+_SUBJECT = {
+    "object": "it fails the check",
+    "pod": "one of its pod templates fails the check",
+    "container": "a container of its pod templates fails the check",
+}
+
+
 def fix_text(remediation: Remediation) -> str:
     """What a remediation of its kind is, in words."""
     if remediation.root == "pod_spec":
@@ -63,6 +71,7 @@ def check_metadata(check: Check) -> dict[str, Any]:
         "references": list(check.references),
         "requires": _requires(check),
         "origin": check.origin,
+        "admission": check.admission is not None,
     }
 
 
@@ -82,11 +91,20 @@ def checks_markdown(checks: Iterable[Check]) -> str:
         " ([severity policy](severity.md)); each check's *Severity* paragraph says what raises"
         " and lowers it.",
         "",
-        "| ID | Severity | Title |",
-        "| --- | --- | --- |",
+        f"{sum(c.admission is not None for cs in by_category.values() for c in cs)} checks are"
+        " enforceable at admission (column *Admission*): `gpu-audit admission` renders them"
+        " as ValidatingAdmissionPolicies that warn about, or deny, an object that fails them"
+        " when it is created or changed.",
+        "",
+        "| ID | Severity | Admission | Title |",
+        "| --- | --- | --- | --- |",
     ]
     ordered = [c for cat in Category for c in by_category.get(cat, [])]
-    lines += [f"| [{c.id}](#{c.id.lower()}) | {c.severity.value} | {c.title} |" for c in ordered]
+    lines += [
+        f"| [{c.id}](#{c.id.lower()}) | {c.severity.value} |"
+        f" {'yes' if c.admission is not None else ''} | {c.title} |"
+        for c in ordered
+    ]
     for category in Category:
         if category not in by_category:
             continue
@@ -105,6 +123,14 @@ def checks_markdown(checks: Iterable[Check]) -> str:
                 lines += ["", "*Detection.* " + check.detection]
             if check.severity_evidence:
                 lines += ["", "*Severity.* " + check.severity_evidence]
+            if check.admission is not None:
+                note = f" ({check.admission.note})" if check.admission.note else ""
+                lines += [
+                    "",
+                    "*Admission.* Enforceable at admission with `gpu-audit admission`:"
+                    f" the object is refused or warned about when {_SUBJECT[check.admission.scope]}"
+                    f"{note}.",
+                ]
             fix = check.remediation
             lines += [
                 "",

@@ -1,26 +1,31 @@
 """The gpu-audit command line.
 
 Exit codes: 0 scan complete and nothing at or above --fail-on; 1 findings at or above
---fail-on; 2 usage or input error; 3 scan incomplete (input not collected or a check raised).
+--fail-on; 2 usage, input or kubeconfig error; 3 scan incomplete (input not collected or a check
+raised). Every non-zero exit is explained on stderr in one line, whatever -q says.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import io
 import json
 import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import IO, Any, NoReturn, TypeVar
 
 import click
 
 from gpu_audit import __version__
 from gpu_audit.catalog import check_metadata, checks_markdown
 from gpu_audit.declarative import load_check_dirs
-from gpu_audit.errors import InputError
+from gpu_audit.errors import InputError, did_you_mean
+from gpu_audit.impact import load_prices, priced
 from gpu_audit.model import Category, Check, Severity
 from gpu_audit.postscan.diff import diff_reports, load_comparable, new_at_or_above
 from gpu_audit.postscan.frameworks import Framework, frameworks_markdown, shipped_frameworks
@@ -28,9 +33,11 @@ from gpu_audit.postscan.history import summary_line
 from gpu_audit.registry import RegistryError, load_checks, select_checks
 from gpu_audit.report import Document, dumps, load_report
 from gpu_audit.reports import RENDERERS
-from gpu_audit.reports.table import render_diff_table
-from gpu_audit.reports.terminal import cell
+from gpu_audit.reports.base import at_or_above
+from gpu_audit.reports.table import render_diff_table, render_table
+from gpu_audit.reports.terminal import block, cell
 from gpu_audit.scan import (
+    ConfigError,
     Connection,
     Inputs,
     ListOptions,
@@ -39,17 +46,28 @@ from gpu_audit.scan import (
     load_snapshot,
     run_scan,
 )
-from gpu_audit.snapshot import Snapshot
+from gpu_audit.snapshot import CollectionGap, Snapshot
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 SEVERITY_CHOICES = [s.value for s in Severity]
 FORMAT_CHOICES = sorted(RENDERERS)
 
+MIN_SEVERITY_HELP = (
+    "Show only findings of this severity or worse. The score, grade, coverage and counts stay "
+    "those of the whole scan (--only, --skip and --category change what is checked)."
+)
+
+
+def _choice(values: Sequence[str]) -> click.Choice[str]:
+    """Formats and severities in any case: `-o JSON`, `--fail-on HIGH`."""
+    return click.Choice(values, case_sensitive=False)
+
+
 EPILOG = """\b
 Exit codes:
   0  scan complete, no finding at or above --fail-on
   1  findings at or above --fail-on (or new ones at or above --fail-on-new)
-  2  usage or input error (the message names the file and document)
+  2  usage, input or kubeconfig error (the message names the file and document)
   3  scan incomplete: input could not be collected or a check raised
 """
 
@@ -74,6 +92,23 @@ def _registry(plugins: bool, checks_dirs: Sequence[str] = ()) -> dict[str, Check
         _fail(exc.problems)
 
 
+table_or_json_option = click.option(
+    "-o",
+    "--format",
+    "fmt",
+    type=_choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table: text for a terminal; json: the same content as JSON.",
+)
+category_option = click.option(
+    "--category",
+    "categories",
+    multiple=True,
+    metavar="CAT",
+    help="Only checks of these categories (name or id code, e.g. monitoring or MON); "
+    "repeat or comma-separate.",
+)
 checks_dir_option = click.option(
     "--checks-dir",
     "checks_dirs",
@@ -84,7 +119,7 @@ checks_dir_option = click.option(
 )
 
 
-def _write(text: str, destination: str | None, color_ok: bool = False) -> None:
+def _write(text: str, destination: str | None) -> None:
     # Encoded before any file is opened, as UTF-8 whatever the locale: a character no UTF-8
     # holds (a lone surrogate) becomes a backslash escape, not a traceback that leaves a
     # truncated file or invalid UTF-8 on stdout.
@@ -96,17 +131,44 @@ def _write(text: str, destination: str | None, color_ok: bool = False) -> None:
         Path(destination).write_bytes(data)
     except OSError as exc:
         _fail([f"{destination}: cannot write: {exc.strerror}"])
-    click.echo(f"wrote {destination}", err=True)
+    _note(f"wrote {destination}")
+
+
+def _note(message: str) -> None:
+    """A line on stderr that is not an error (what was written, warnings, the summary): -q
+    silences it. Errors and the line that explains a non-zero exit are never silenced."""
+    context = click.get_current_context(silent=True)
+    if context is None or not context.params.get("quiet"):
+        click.echo(message, err=True)
+
+
+def _exit(code: int, why: str = "") -> NoReturn:
+    """Exit with `code`; a non-zero one explained on stderr in one line."""
+    if code != EXIT_OK:
+        click.echo(f"gpu-audit: exit {code}: {cell(why)}", err=True)
+    sys.exit(code)
+
+
+def _terminal_width() -> int | None:
+    """The width of the terminal stdout is (COLUMNS first, as shutil reads it); None for a
+    file or a pipe, which get the same bytes whatever terminal ran the command."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def _use_color() -> bool:
-    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    """Colour only on a terminal, and never when NO_COLOR is set to anything (no-color.org)."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
 def _emit(
-    document: Document, formats: Sequence[str], output_file: str | None, output_dir: str | None
+    document: Document,
+    formats: Sequence[str],
+    output_file: str | None,
+    output_dir: str | None,
+    min_severity: str | None = None,
 ) -> None:
     formats = list(dict.fromkeys(formats))
+    shown = at_or_above(document, _severity(min_severity))
     if output_file and output_dir:
         _fail(["--output-file and --output-dir cannot be used together"])
     if len(formats) > 1 and not output_dir:
@@ -119,8 +181,10 @@ def _emit(
             target: str | None = str(Path(output_dir) / f"report.{renderer.extension}")
         else:
             target = output_file
-        color = target is None and name == "table" and _use_color()
-        _write(renderer.render(document, color), target)
+        if target is None and name == "table":
+            _write(render_table(shown, _use_color(), _terminal_width()), target)
+        else:
+            _write(renderer.render(shown, False), target)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -146,7 +210,10 @@ def live_options(function: F) -> F:
             "-n",
             "--namespace",
             metavar="NS",
-            help="Only this namespace (cluster-scoped kinds are still read).",
+            help=(
+                "Only this namespace: live, only its namespaced objects are listed "
+                "(cluster-scoped kinds are still read); scan shows only its objects' findings."
+            ),
         ),
         click.option("-A", "--all-namespaces", is_flag=True, help="All namespaces (the default)."),
         click.option(
@@ -163,7 +230,43 @@ def live_options(function: F) -> F:
             show_default=True,
             help="Objects per list request.",
         ),
-        click.option("-q", "--quiet", is_flag=True, help="No progress on stderr."),
+        click.option(
+            "-q",
+            "--quiet",
+            is_flag=True,
+            help="Nothing on stderr but errors and the line that explains a non-zero exit (no "
+            "progress, summary, warnings or `wrote` lines).",
+        ),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+GPU_PRICES_HELP = (
+    "A YAML/JSON price table, GPU product -> $/GPU-hour (docs/gpu-prices.example.yaml): each "
+    "finding's impact gets its cost per day."
+)
+
+
+def report_output_options(function: F) -> F:
+    """Where `scan` and `render` write the report, in which formats, showing what."""
+    options = [
+        click.option(
+            "-o",
+            "--format",
+            "formats",
+            multiple=True,
+            type=_choice(FORMAT_CHOICES),
+            help="Output format (repeat with --output-dir for several). Default: table.",
+        ),
+        click.option(
+            "--output-file", metavar="PATH", help="Write the report here instead of stdout."
+        ),
+        click.option(
+            "--output-dir", metavar="DIR", help="Write one report.<ext> per --format here."
+        ),
+        click.option("--min-severity", type=_choice(SEVERITY_CHOICES), help=MIN_SEVERITY_HELP),
     ]
     for option in reversed(options):
         function = option(function)
@@ -182,13 +285,25 @@ def _progress(quiet: bool) -> Callable[[str, int], None] | None:
     return show
 
 
-def _inputs(from_files: Sequence[str], live: dict[str, Any]) -> Inputs:
-    """--from-file, or the live connection and listing options."""
-    if not from_files and live["namespace"] and live["all_namespaces"]:
+def _inputs(
+    from_files: Sequence[str], live: dict[str, Any], stdin: IO[str] | None = None
+) -> Inputs:
+    """--from-file, or the live connection and listing options. --namespace limits a live
+    listing; files are read whole (run_scan shows the namespace's findings in both cases)."""
+    if live["namespace"] and live["all_namespaces"]:
         _fail(["--namespace and --all-namespaces cannot be used together"])
+    for path in from_files:
+        if (Path(path) / "Chart.yaml").is_file():
+            _fail(
+                [
+                    f"{path} is a Helm chart, not manifests: render it first, "
+                    f"`helm template {path} | gpu-audit scan --from-file -` "
+                    f"(or `gpu-audit scan --helm-chart {path}` with helm on PATH)"
+                ]
+            )
     return Inputs(
         files=tuple(from_files),
-        stdin=sys.stdin,
+        stdin=stdin or sys.stdin,
         connection=Connection(live["kubeconfig"], live["context"], live["in_cluster"]),
         listing=ListOptions(
             namespace=live["namespace"], page_size=live["page_size"], timeout=live["timeout"]
@@ -205,6 +320,8 @@ def _reading(inputs: Inputs) -> Iterator[None]:
     except InputError as exc:
         _fail(exc.problems)
     except RegistryError as exc:
+        _fail([str(exc)])
+    except ConfigError as exc:
         _fail([str(exc)])
     except LiveError as exc:
         _fail([str(exc)], EXIT_INCOMPLETE)
@@ -229,15 +346,13 @@ def _publish(
                 history_dir, document, rendered, keep=keep, now=dt.datetime.now(dt.UTC)
             )
             for stem in recorded.unreadable:
-                click.echo(
-                    f"gpu-audit: warning: {history_dir}: runs/{stem}.json unreadable", err=True
-                )
+                _note(f"gpu-audit: warning: {history_dir}: runs/{stem}.json unreadable")
             where = str(recorded.run.with_suffix(".html"))
         if pushgateway:
             target = push(
                 pushgateway, document["cluster"] or "unnamed", render_prometheus(document)
             )
-            click.echo(f"gpu-audit: pushed metrics to {target}", err=True)
+            _note(f"gpu-audit: pushed metrics to {target}")
     except InputError as exc:
         _fail(exc.problems)
     return where
@@ -251,10 +366,72 @@ def _severity(value: str | None) -> Severity | None:
     return Severity(value) if value and value != "none" else None
 
 
-@click.group(epilog=EPILOG)
+# The exit status of a process killed by SIGPIPE, as a shell reports it: `gpu-audit scan | head
+# -1` ends as quietly as any Unix tool whose reader went away.
+EXIT_BROKEN_PIPE = 141
+
+
+def _closed_pipe() -> NoReturn:
+    # Whatever is still buffered for the closed pipe goes nowhere instead of raising again
+    # when the interpreter flushes stdout on exit.
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(EXIT_BROKEN_PIPE)
+
+
+class _Main(click.Group):
+    """The command group with one error style for every problem: click's usage errors are
+    printed as `gpu-audit: error: ...` on one line and exit 2, like the commands' own."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            _closed_pipe()
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()  # `gpu-audit` alone: the help, as click prints it
+            sys.exit(EXIT_USAGE)
+        except click.UsageError as exc:
+            where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+            _fail([exc.format_message().rstrip(".") + where])
+        except click.ClickException as exc:
+            _fail([exc.format_message()])
+        except click.Abort:
+            _fail(["aborted"], EXIT_FINDINGS)
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+@click.group("gpu-audit", cls=_Main, epilog=EPILOG)
 @click.version_option(__version__, prog_name="gpu-audit")
 def main() -> None:
     """Audit Kubernetes clusters that run GPU and AI workloads."""
+
+
+def kubectl_plugin() -> None:
+    """The kubectl plugin (the kubectl-gpu_audit executable, which kubectl runs for `kubectl
+    gpu-audit ...`): the same commands, named in help and usage lines as kubectl users type
+    them."""
+    main(prog_name="kubectl gpu-audit")
+
+
+@main.command()
+def version() -> None:
+    """Print gpu-audit's version (as `--version` does; `kubectl gpu-audit version` too)."""
+    click.echo(f"gpu-audit, version {__version__}")
 
 
 @main.command(epilog=EPILOG)
@@ -266,22 +443,20 @@ def main() -> None:
     help="Scan manifests or dumps instead of a live cluster: a file, a directory (walked in "
     "sorted order), or - for stdin. Repeat to merge several.",
 )
-@click.option(
-    "-o",
-    "--format",
-    "formats",
-    multiple=True,
-    type=click.Choice(FORMAT_CHOICES),
-    help="Output format (repeat with --output-dir for several). Default: table.",
-)
-@click.option("--output-file", metavar="PATH", help="Write the report here instead of stdout.")
-@click.option("--output-dir", metavar="DIR", help="Write one report.<ext> per --format here.")
+@report_output_options
 @click.option(
     "--fail-on",
-    type=click.Choice([*SEVERITY_CHOICES, "none"]),
+    type=_choice([*SEVERITY_CHOICES, "none"]),
     default="none",
     show_default=True,
     help="Exit 1 when a finding has this severity or worse.",
+)
+@click.option(
+    "--helm-chart",
+    metavar="DIR",
+    help="Scan what this Helm chart renders: runs `helm template DIR` (helm must be on PATH). "
+    "For values or a release name, pipe instead: `helm template NAME DIR -f values.yaml | "
+    "gpu-audit scan --from-file -`.",
 )
 @click.option(
     "--strict",
@@ -327,7 +502,7 @@ def main() -> None:
 )
 @click.option(
     "--fail-on-new",
-    type=click.Choice(SEVERITY_CHOICES),
+    type=_choice(SEVERITY_CHOICES),
     help="With --baseline: exit 1 when a new finding (not exempted) has this severity or worse.",
 )
 @click.option(
@@ -365,6 +540,7 @@ def main() -> None:
     help="Also PUT the Prometheus metrics to this Pushgateway, grouped by job gpu-audit and "
     "the cluster name.",
 )
+@click.option("--gpu-prices", metavar="FILE", help=GPU_PRICES_HELP)
 @live_options
 def scan(
     from_files: tuple[str, ...],
@@ -372,6 +548,8 @@ def scan(
     output_file: str | None,
     output_dir: str | None,
     fail_on: str,
+    min_severity: str | None,
+    helm_chart: str | None,
     strict: bool,
     only: tuple[str, ...],
     skip: tuple[str, ...],
@@ -388,6 +566,7 @@ def scan(
     history_dir: str | None,
     history_keep: int,
     pushgateway: str | None,
+    gpu_prices: str | None,
     **live: Any,
 ) -> None:
     """Scan a cluster (or manifests) and report GPU misconfigurations.
@@ -399,7 +578,11 @@ def scan(
     --history-dir or --pushgateway, which stamp it with the clock), so the same input gives
     byte-identical JSON.
     """
-    inputs = _inputs(from_files, live)
+    if helm_chart:
+        if "-" in from_files:
+            _fail(["--helm-chart reads the chart's templates as stdin: drop --from-file -"])
+        from_files, rendered = (*from_files, "-"), _helm_template(helm_chart)
+    inputs = _inputs(from_files, live, rendered if helm_chart else None)
     options = ScanOptions(
         inputs=inputs,
         only=tuple(_split(only)),
@@ -411,6 +594,7 @@ def scan(
         today=today.date() if today else None,
         baseline=baseline,
         frameworks=tuple(_split(frameworks)),
+        gpu_prices=gpu_prices,
         cluster_name=cluster_name,
         record_duration=record_duration,
         source_date_epoch=os.environ.get("SOURCE_DATE_EPOCH"),
@@ -427,17 +611,57 @@ def scan(
         bool(formats) or not (history_dir or pushgateway)
     )
     if formats or output_file or output_dir or on_stdout:
-        _emit(document, formats or ("table",), output_file, output_dir)
+        _emit(document, formats or ("table",), output_file, output_dir, min_severity)
     where = _publish(document, history_dir, history_keep, pushgateway)
     for run in result.errors:
         click.echo(f"gpu-audit: {run.check.id} {cell(run.reason)}", err=True)
     for warning in result.warnings:
-        click.echo(f"gpu-audit: warning: {cell(warning)}", err=True)
+        _note(f"gpu-audit: warning: {cell(warning)}")
     if not on_stdout:  # a job's log gets one line; a terminal already shows the report
-        click.echo(cell(summary_line(document, where or output_file or output_dir)), err=True)
+        _note(cell(summary_line(document, where or output_file or output_dir)))
     if not result.complete:
-        sys.exit(EXIT_INCOMPLETE)
-    sys.exit(EXIT_FINDINGS if result.failed else EXIT_OK)
+        _exit(EXIT_INCOMPLETE, _incomplete_reason(document))
+    gates = [
+        (len(result.failing), f"at or above {fail_on} (--fail-on)"),
+        (len(result.failing_new), f"new at or above {fail_on_new} (--fail-on-new)"),
+    ]
+    _exit(
+        EXIT_FINDINGS if result.failed else EXIT_OK,
+        "; ".join(f"{count} finding(s) {gate}" for count, gate in gates if count),
+    )
+
+
+def _incomplete_reason(document: Document) -> str:
+    """Why a scan is incomplete, in one line: the inputs not read, the checks that raised."""
+    unread = [
+        g["type"]
+        for g in document["source"]["gaps"]
+        if not CollectionGap(g["type"], g["reason"]).api_absent
+    ]
+    raised = [c["id"] for c in document["checks"] if c["status"] == "error"]
+    parts = [
+        f"{len(names)} {what} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+        for names, what in ((unread, "resource type(s) not read"), (raised, "check(s) raised"))
+        if names
+    ]
+    return "scan incomplete: " + "; ".join(parts)
+
+
+def _helm_template(chart: str) -> io.StringIO:
+    """The manifests `helm template` renders from a chart directory, to be read as stdin."""
+    helm = shutil.which("helm")
+    if helm is None:
+        _fail(
+            [
+                f"--helm-chart needs helm on PATH; or render the chart yourself: "
+                f"`helm template {chart} | gpu-audit scan --from-file -`"
+            ]
+        )
+    proc = subprocess.run([helm, "template", chart], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        _fail([f"--helm-chart {chart}: helm template exited {proc.returncode}: {last}"])
+    return io.StringIO(proc.stdout)
 
 
 @main.command()
@@ -457,41 +681,44 @@ def collect(output_file: str, no_plugins: bool, **live: Any) -> None:
         snapshot = load_snapshot(inputs, types)
     _write(dumps_snapshot(snapshot), output_file)
     for gap in snapshot.gaps:
-        click.echo(f"gpu-audit: not collected: {gap.type}: {cell(gap.reason)}", err=True)
-    sys.exit(EXIT_OK if snapshot.complete else EXIT_INCOMPLETE)
+        _note(f"gpu-audit: not collected: {gap.type}: {cell(gap.reason)}")
+    failed = [gap.type for gap in snapshot.gaps if not gap.api_absent]
+    _exit(
+        EXIT_OK if snapshot.complete else EXIT_INCOMPLETE,
+        f"snapshot incomplete: {len(failed)} resource type(s) not read ({', '.join(failed)})",
+    )
 
 
 @main.command()
 @click.argument("report_file", metavar="REPORT.json")
-@click.option("-o", "--format", "formats", multiple=True, type=click.Choice(FORMAT_CHOICES))
-@click.option("--output-file", metavar="PATH")
-@click.option("--output-dir", metavar="DIR")
+@report_output_options
+@click.option("--gpu-prices", metavar="FILE", help=GPU_PRICES_HELP)
 def render(
-    report_file: str, formats: tuple[str, ...], output_file: str | None, output_dir: str | None
+    report_file: str,
+    formats: tuple[str, ...],
+    output_file: str | None,
+    output_dir: str | None,
+    min_severity: str | None,
+    gpu_prices: str | None,
 ) -> None:
     """Re-render a saved JSON report in other formats."""
     try:
         document = load_report(report_file)
+        if gpu_prices:
+            document = priced(document, load_prices(gpu_prices))
     except InputError as exc:
         _fail(exc.problems)
-    _emit(document, formats or ("table",), output_file, output_dir)
+    _emit(document, formats or ("table",), output_file, output_dir, min_severity)
 
 
 @main.command("diff")
 @click.argument("old_file", metavar="OLD.json")
 @click.argument("new_file", metavar="NEW.json")
-@click.option(
-    "-o",
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-)
+@table_or_json_option
 @click.option("--output-file", metavar="PATH", help="Write the comparison here instead of stdout.")
 @click.option(
     "--fail-on-new",
-    type=click.Choice(SEVERITY_CHOICES),
+    type=_choice(SEVERITY_CHOICES),
     help="Exit 1 when NEW.json has a new finding (not exempted) of this severity or worse.",
 )
 def diff_command(
@@ -507,11 +734,16 @@ def diff_command(
     if fmt == "json":
         text = dumps(document)
     else:
-        text = render_diff_table(document, output_file is None and _use_color())
+        on_stdout = output_file is None
+        text = render_diff_table(
+            document, on_stdout and _use_color(), _terminal_width() if on_stdout else None
+        )
     _write(text, output_file)
-    if fail_on_new and new_at_or_above(document, Severity(fail_on_new)):
-        sys.exit(EXIT_FINDINGS)
-    sys.exit(EXIT_OK)
+    failing = new_at_or_above(document, Severity(fail_on_new)) if fail_on_new else []
+    _exit(
+        EXIT_FINDINGS if failing else EXIT_OK,
+        f"{len(failing)} new finding(s) at or above {fail_on_new} (--fail-on-new)",
+    )
 
 
 @main.group()
@@ -520,10 +752,16 @@ def checks() -> None:
 
 
 @checks.command("list")
-@click.option("-o", "--format", "fmt", type=click.Choice(["table", "json"]), default="table")
-@click.option("--category", "categories", multiple=True, metavar="CAT")
-@click.option("--severity", "severities", multiple=True, type=click.Choice(SEVERITY_CHOICES))
-@click.option("--no-plugins", is_flag=True)
+@table_or_json_option
+@category_option
+@click.option(
+    "--severity",
+    "severities",
+    multiple=True,
+    type=_choice(SEVERITY_CHOICES),
+    help="Only checks of this severity; repeat for several.",
+)
+@click.option("--no-plugins", is_flag=True, help="Leave out third-party checks.")
 @checks_dir_option
 def list_checks(
     fmt: str,
@@ -554,7 +792,7 @@ def list_checks(
 
 @checks.command("show")
 @click.argument("check_id")
-@click.option("-o", "--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@table_or_json_option
 @checks_dir_option
 def show_check(check_id: str, fmt: str, checks_dirs: tuple[str, ...]) -> None:
     """Show a check's rationale, detection, remediation and references."""
@@ -563,7 +801,8 @@ def show_check(check_id: str, fmt: str, checks_dirs: tuple[str, ...]) -> None:
     registry = _registry(plugins=True, checks_dirs=checks_dirs)
     found = registry.get(check_id.upper())
     if found is None:
-        _fail([f"unknown check id {check_id!r} (see `gpu-audit checks list`)"])
+        hint = did_you_mean([check_id], registry) or " (see `gpu-audit checks list`)"
+        _fail([f"unknown check id {check_id!r}{hint}"])
     meta: dict[str, Any] = check_metadata(found)
     if fmt == "json":
         click.echo(json.dumps(meta, indent=2, sort_keys=True))
@@ -624,7 +863,7 @@ def _shipped_frameworks(registry: dict[str, Check]) -> dict[str, Framework]:
 
 
 @frameworks_group.command("list")
-@click.option("-o", "--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@table_or_json_option
 def list_frameworks(fmt: str) -> None:
     """List the shipped frameworks: id, version, and how many controls checks can show."""
     from tabulate import tabulate
@@ -661,7 +900,7 @@ def frameworks_docs() -> None:
 @main.command()
 @click.option("--only", multiple=True, metavar="CHECK", help="Only these check ids.")
 @click.option("--skip", multiple=True, metavar="CHECK", help="Not these check ids.")
-@click.option("--category", "categories", multiple=True, metavar="CAT")
+@category_option
 @click.option("--name", default="gpu-audit-reader", show_default=True, help="The role's name.")
 @click.option(
     "--chart-index",
@@ -695,18 +934,140 @@ def rbac(
     click.echo(access.dump_yaml(role), nl=False)
 
 
+@main.command("admission")
+@click.option("--only", multiple=True, metavar="CHECK", help="Only these check ids.")
+@click.option("--skip", multiple=True, metavar="CHECK", help="Not these check ids.")
+@click.option(
+    "--deny",
+    multiple=True,
+    metavar="SEVERITIES",
+    help="Deny (instead of warn about) objects failing checks of these severities, e.g. "
+    "critical,high.",
+)
+@click.option(
+    "--namespace-label",
+    "namespace_labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Apply only in namespaces with this label (repeat: all of them).",
+)
+@click.option(
+    "--exclude-namespace",
+    "exclude_namespaces",
+    multiple=True,
+    metavar="NAME",
+    help="Never apply in this namespace (repeatable, or comma-separated).",
+)
+@click.option("-o", "--output-file", metavar="FILE", help="Write the YAML here, not stdout.")
+@click.option("--no-plugins", is_flag=True, help="Leave out third-party checks.")
+@checks_dir_option
+def admission_command(
+    only: tuple[str, ...],
+    skip: tuple[str, ...],
+    deny: tuple[str, ...],
+    namespace_labels: tuple[str, ...],
+    exclude_namespaces: tuple[str, ...],
+    output_file: str | None,
+    no_plugins: bool,
+    checks_dirs: tuple[str, ...],
+) -> None:
+    """Print ValidatingAdmissionPolicies and bindings (admissionregistration.k8s.io/v1, CEL)
+    for the checks that can be decided from one object at admission: warn by default, deny
+    for the --deny severities. `kubectl apply -f` the output."""
+    from gpu_audit import admission
+
+    try:
+        options = admission.parse_options(deny, namespace_labels, exclude_namespaces)
+        registry = _registry(plugins=not no_plugins, checks_dirs=checks_dirs)
+        enabled = select_checks(registry, only=_split(only), skip=_split(skip))
+        objects = admission.render_objects(enabled.values(), options, named=_split(only))
+    except (ValueError, RegistryError, admission.AdmissionError) as exc:
+        _fail([str(exc)])
+    _write(admission.render_yaml(objects), output_file)
+
+
+FIX_EPILOG = """\b
+Exit codes:
+  0  nothing to fix, or the diff is shown (--write: the files are changed)
+  2  usage or input error (the message names the file and document)
+"""
+
+
+@main.command("fix", epilog=FIX_EPILOG)
+@click.option(
+    "--from-file",
+    "from_files",
+    multiple=True,
+    required=True,
+    metavar="PATH",
+    help="Manifests to fix: a file, a directory (walked in sorted order), or - for stdin "
+    "(shown, never changed). Repeat for several.",
+)
+@click.option("--only", multiple=True, metavar="CHECK", help="Fix only these check ids.")
+@click.option("--skip", multiple=True, metavar="CHECK", help="Do not fix these check ids.")
+@click.option(
+    "--min-severity",
+    type=_choice(SEVERITY_CHOICES),
+    help="Fix only findings of this severity or worse.",
+)
+@click.option("--write", is_flag=True, help="Change the files instead of printing the diff.")
+@click.option("--no-plugins", is_flag=True, help="Ignore third-party checks.")
+@checks_dir_option
+def fix_command(
+    from_files: tuple[str, ...],
+    only: tuple[str, ...],
+    skip: tuple[str, ...],
+    min_severity: str | None,
+    write: bool,
+    no_plugins: bool,
+    checks_dirs: tuple[str, ...],
+) -> None:
+    """Apply the remediations of the findings to the YAML files the objects came from: a
+    unified diff on stdout (--write: the files changed), and on stderr what became of each
+    finding. Comments, key order, quoting and the other documents are kept; a fix is kept
+    only when a second scan shows it resolves its finding, else it is a TODO; objects from
+    Helm, Kustomize or stdin are not changed: the patch to make instead is shown."""
+    from gpu_audit.fix import FixOptions, render_notes, run_fix
+
+    options = FixOptions(
+        files=from_files,
+        only=tuple(_split(only)),
+        skip=tuple(_split(skip)),
+        min_severity=Severity(min_severity.lower()) if min_severity else None,
+        plugins=not no_plugins,
+        checks_dirs=checks_dirs,
+    )
+    try:
+        result = run_fix(options)
+    except InputError as exc:
+        _fail(exc.problems)
+    except RegistryError as exc:
+        _fail([str(exc)])
+    click.echo(block(render_notes(result)), err=True, nl=False)
+    if not write:
+        click.echo(result.diff(), nl=False)
+        sys.exit(EXIT_OK)
+    for path, _, after in result.changes:
+        try:
+            Path(path).write_bytes(after.encode("utf-8"))
+        except OSError as exc:
+            _fail([f"{path}: cannot write: {exc.strerror}"])
+        click.echo(f"gpu-audit: wrote {cell(path)}", err=True)
+    sys.exit(EXIT_OK)
+
+
 def _diagnostic_snapshot(from_files: Sequence[str], live: dict[str, Any]) -> Snapshot:
     """The input of `inventory` and `why-pending`: files, or every namespace of the cluster
     (GPU accounting needs every pod bound to a node, whatever its namespace)."""
     from gpu_audit.diagnostics import DIAGNOSTIC_TYPES, REQUIRED_TYPES
 
-    if live["namespace"] and not from_files:
-        _fail(["--namespace: the diagnostics count every pod on every node; omit it"])
+    if live["namespace"]:
+        _fail(["--namespace: the inventory counts every pod on every node; omit it"])
     inputs = _inputs(from_files, live)
     with _reading(inputs):
         snapshot = load_snapshot(inputs, DIAGNOSTIC_TYPES)
     for gap in snapshot.gaps:
-        click.echo(f"gpu-audit: not collected: {gap.type}: {cell(gap.reason)}", err=True)
+        _note(f"gpu-audit: not collected: {gap.type}: {cell(gap.reason)}")
     missing = [t for t in REQUIRED_TYPES if not snapshot.has(t)]
     if missing and not from_files:
         _fail([f"cannot diagnose without {', '.join(missing)}"], EXIT_INCOMPLETE)
@@ -730,7 +1091,7 @@ _FROM_FILE_HELP = (
 
 @main.command()
 @click.option("--from-file", "from_files", multiple=True, metavar="PATH", help=_FROM_FILE_HELP)
-@click.option("-o", "--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@table_or_json_option
 @click.option("--output-file", metavar="PATH", help="Write here instead of stdout.")
 @live_options
 def inventory(from_files: tuple[str, ...], fmt: str, output_file: str | None, **live: Any) -> None:
@@ -740,13 +1101,16 @@ def inventory(from_files: tuple[str, ...], fmt: str, output_file: str | None, **
     from gpu_audit.reports.diagnostics_table import render_inventory
 
     found = build_inventory(_diagnostic_snapshot(from_files, live)).as_dict()
-    _diagnostic_output({"inventory": found}, render_inventory(found), fmt, output_file)
+    width = None if output_file else _terminal_width()
+    _diagnostic_output({"inventory": found}, render_inventory(found, width), fmt, output_file)
 
 
 @main.command("why-pending")
-@click.argument("target", metavar="[NAMESPACE/POD | NAMESPACE/KIND/NAME]", required=False)
+@click.argument(
+    "target", metavar="[NAMESPACE/POD | NAMESPACE/KIND/NAME | -n NS POD]", required=False
+)
 @click.option("--from-file", "from_files", multiple=True, metavar="PATH", help=_FROM_FILE_HELP)
-@click.option("-o", "--format", "fmt", type=click.Choice(["table", "json"]), default="table")
+@table_or_json_option
 @click.option("--output-file", metavar="PATH", help="Write here instead of stdout.")
 @live_options
 def why_pending(
@@ -760,15 +1124,26 @@ def why_pending(
     the scheduler's words, the fix, and whether its FailedScheduling events agree.
 
     NAMESPACE/KIND/NAME (e.g. ml-training/Job/train) explains a workload's pod template as a
-    new pod. Without an argument, every Pending pod that requests GPUs is explained.
+    new pod. Without an argument, every Pending pod that requests GPUs is explained. With
+    -n NAMESPACE, name the pod as POD (or the workload as KIND/NAME), as kubectl does; without
+    an argument, -n explains the Pending GPU pods of that namespace only. Every namespace is
+    read all the same: whether a pod fits depends on every pod bound to the nodes.
     """
     from gpu_audit.diagnostics import explain_targets
     from gpu_audit.reports.diagnostics_table import render_pending
 
-    snapshot = _diagnostic_snapshot(from_files, live)
+    namespace = live["namespace"]
+    if namespace and target:
+        target = f"{namespace}/{target}"
+    snapshot = _diagnostic_snapshot(from_files, {**live, "namespace": None})
     try:
-        explained = [e.as_dict() for e in explain_targets(snapshot, target)]
+        explained = [
+            e.as_dict()
+            for e in explain_targets(snapshot, target)
+            if target or not namespace or e.pod.namespace == namespace
+        ]
     except InputError as exc:
         _fail(exc.problems)
-    text = render_pending(explained) if explained else "No Pending pod requests a GPU.\n"
+    width = None if output_file else _terminal_width()
+    text = render_pending(explained, width) if explained else "No Pending pod requests a GPU.\n"
     _diagnostic_output({"pending_pods": explained}, text, fmt, output_file)

@@ -37,7 +37,7 @@ from gpu_audit.api import (
 )
 from gpu_audit.errors import InputError
 from gpu_audit.k8s.kinds import KNOWN_KINDS
-from gpu_audit.model import Category, Check, FixKind, Severity
+from gpu_audit.model import AdmissionRule, Category, Check, FixKind, Severity
 
 SCOPES = ("object", "pod", "container")
 VALUE_OPERATORS = ("equals", "not_equals", "in", "not_in", "matches", "gt", "ge", "lt", "le")
@@ -64,6 +64,7 @@ TOP_LEVEL_KEYS = frozenset(
         "where",
         "require",
         "messages",
+        "admission",
     }
 )
 REQUIRED_KEYS = (
@@ -449,6 +450,9 @@ def _build(raw: Mapping[str, Any], stem: str, origin_file: str) -> Check:
     if not isinstance(severity_evidence, str):
         raise _FieldError("severity_evidence", "must be a string")
     requires = (target.kinds[0],) if len(target.kinds) == 1 else (target.kinds,)
+    admission = (
+        _admission(raw["admission"], target, _messages(raw)[1]) if "admission" in raw else None
+    )
     try:
         declared = check(
             id=_text(raw, "id"),
@@ -464,12 +468,40 @@ def _build(raw: Mapping[str, Any], stem: str, origin_file: str) -> Check:
             remediation_root=remediation_root,
             fix_kind=fix_kind,
             remediation_generic=generic,
+            admission=admission,
         )
     except ValueError as exc:
         fields = ("remediation_root", "remediation_generic")
         field = next((f for f in fields if f in str(exc)), "id")
         raise _FieldError(field, str(exc)) from None
     return declared(function)
+
+
+_ADMISSION_KEYS = ("valid", "where", "message", "severity", "note")
+
+
+def _admission(raw: object, target: TargetSpec, fail_message: str) -> AdmissionRule:
+    """`admission`: the check as CEL on the object at admission (gpu_audit.admission), for
+    the same target: `valid` (required), `where`, `message` (default: messages.fail),
+    `severity` and `note` (when the CEL decides a part of the check)."""
+    if not isinstance(raw, Mapping) or not all(isinstance(v, str) for v in raw.values()):
+        raise _FieldError("admission", f"must be a mapping of {', '.join(_ADMISSION_KEYS)}")
+    unknown = sorted(set(map(str, raw)) - set(_ADMISSION_KEYS))
+    if unknown:
+        raise _FieldError(f"admission.{unknown[0]}", "unknown field")
+    try:
+        severity = Severity.parse(raw["severity"]) if "severity" in raw else None
+        return AdmissionRule(
+            scope=target.scope,
+            valid=str(raw.get("valid", "")).strip(),
+            message=str(raw.get("message", fail_message)).strip(),
+            kinds=target.kinds,
+            where=str(raw.get("where", "")).strip(),
+            severity=severity,
+            note=str(raw.get("note", "")).strip(),
+        )
+    except ValueError as exc:
+        raise _FieldError("admission", str(exc)) from None
 
 
 def _fix_kind(raw: Mapping[str, Any]) -> FixKind | None:

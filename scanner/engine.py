@@ -8,9 +8,23 @@ from __future__ import annotations
 
 import string
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
+import yaml
+
+from gpu_audit.k8s.cr_patches import (
+    ADDITIVE_LISTS,
+    UnpatchableError,
+    immutable_field,
+    json_patch,
+    patch_command,
+    recreate_command,
+)
+from gpu_audit.k8s.kinds import KNOWN_KINDS
+from gpu_audit.k8s.pods import PodTemplate, templates_of
+from gpu_audit.k8s.smp_lists import lost_lists
 from gpu_audit.model import (
     Check,
     CheckStatus,
@@ -18,6 +32,7 @@ from gpu_audit.model import (
     Outcome,
     RelatedRef,
     RelatedRole,
+    Resource,
     Result,
     Severity,
 )
@@ -82,7 +97,13 @@ def missing_inputs(check: Check, snapshot: Snapshot) -> str:
     return "; ".join(dict.fromkeys(reasons))
 
 
-def render_remediation(check: Check, result: Result) -> str:
+def render_remediation(check: Check, result: Result, snapshot: Snapshot | None = None) -> str:
+    """A finding's remediation: the check's template filled in. A pod-spec fragment becomes a
+    patch of the object the finding names: for a built-in kind the fragment nested under the
+    pod template's path (a strategic merge patch), or a JSON patch where that would drop list
+    items the object has (builtin_fix); for a custom resource, which takes no
+    strategic merge patch, a `kubectl patch --type=json` command computed from the object in
+    `snapshot` (gpu_audit.k8s.cr_patches)."""
     values = {
         "kind": result.ref.kind_name,
         "namespace": result.ref.namespace or "default",
@@ -90,76 +111,121 @@ def render_remediation(check: Check, result: Result) -> str:
         **result.fix,
     }
     text = string.Template(check.remediation.template).substitute(values)
-    # A path through a list (Volcano's spec.tasks[i]) has no patch form that names the item.
-    if (
-        check.remediation.root == "pod_spec"
-        and result.pod_spec_path
-        and "[" not in result.pod_spec_path
-    ):
-        if result.container_keys:
-            text = lift_containers(text, dict(result.container_keys))
+    if check.remediation.root != "pod_spec" or not result.pod_spec_path:
+        return text
+    if "." not in result.ref.kind:  # a built-in kind (gpu_audit.k8s.kinds.resource_type)
+        return builtin_fix(text, result, snapshot)
+    return custom_resource_fix(text, result, snapshot)
+
+
+def _fix_target(
+    body: list[str], result: Result, snapshot: Snapshot | None
+) -> tuple[Resource | None, PodTemplate | None, Any]:
+    """The finding's object in `snapshot`, its pod template the fix is of, and the fix read
+    as YAML (None when it is not YAML)."""
+    resource = (
+        snapshot.get(result.ref.kind, result.ref.namespace, result.ref.name) if snapshot else None
+    )
+    templates = templates_of(resource, snapshot) if resource is not None else ()
+    template = next((t for t in templates if t.path == result.pod_spec_path), None)
+    try:
+        fragment = yaml.safe_load("\n".join(body)) if body else None
+    except yaml.YAMLError:
+        fragment = None
+    return resource, template, fragment
+
+
+def builtin_fix(text: str, result: Result, snapshot: Snapshot | None) -> str:
+    """A pod-spec fragment of a built-in kind: nested under the pod template's path (a
+    strategic merge patch), unless that patch would replace whole a list the fix adds to and
+    drop what the object has there (gpu_audit.k8s.smp_lists): then the guarded JSON patch
+    computed from the object, as for a custom resource."""
+    if not any(key in text for key in ADDITIVE_LISTS):  # no need to read the fix as YAML
         return nest_fragment(text, result.pod_spec_path)
-    return text
+    comments, body, notes = _split_comments(text)
+    resource, template, fragment = _fix_target(body, result, snapshot)
+    if resource is None or template is None or not isinstance(fragment, Mapping):
+        return nest_fragment(text, result.pod_spec_path)
+    lost = lost_lists(resource.raw, template.path, fragment)
+    if not lost:
+        return nest_fragment(text, result.pod_spec_path)
+    replaced = ", ".join(lost)
+    try:
+        operations = json_patch(resource, template, fragment)
+    except UnpatchableError as exc:
+        warning = f"# {exc}; as a strategic merge patch this replaces {replaced} whole"
+        return "\n".join([warning, nest_fragment(text, result.pod_spec_path)])
+    guarded = any(op["op"] == "test" for op in operations)
+    note = (
+        f"# a JSON patch: a strategic merge patch replaces {replaced} whole (no "
+        "patchMergeKey)\n# and would drop the items the object has"
+        + (_GUARD_NOTE if guarded else "")
+    )
+    command = patch_command(resource, result.ref.kind.lower(), operations)
+    return "\n".join([*comments, note, command, *notes])
+
+
+def custom_resource_fix(text: str, result: Result, snapshot: Snapshot | None) -> str:
+    """A pod-spec fragment as a JSON patch command of the custom resource; the fragment as it
+    is, with the reason, when it cannot be one (the object is not in the input, or the kind
+    has no field for part of the fix)."""
+    comments, body, notes = _split_comments(text)
+    resource, template, fragment = _fix_target(body, result, snapshot)
+    if resource is None or template is None:
+        reason = "the object is not in the input"
+    elif not isinstance(fragment, Mapping):
+        reason = "the fix is not a YAML mapping"
+    if resource is not None and template is not None and isinstance(fragment, Mapping):
+        try:
+            operations = json_patch(resource, template, fragment)
+        except UnpatchableError as exc:
+            reason = str(exc)
+        else:
+            info = KNOWN_KINDS.get(result.ref.kind)
+            name = f"{info.plural}.{info.group}" if info else result.ref.kind.lower()
+            guarded = any(op["op"] == "test" for op in operations)
+            note = _JSON_PATCH_NOTE + (_GUARD_NOTE if guarded else "")
+            fixed = immutable_field(result.ref.kind, operations)
+            if fixed:
+                note += (
+                    f"\n# {fixed} cannot change (the CRD's rule self == oldSelf): the "
+                    f"{result.ref.kind_name} is recreated with the fix, and its pods restart"
+                )
+                command = recreate_command(resource, name, operations)
+            else:
+                command = patch_command(resource, name, operations)
+            return "\n".join([*comments, note, command, *notes])
+    where = f"# {reason}: write this pod-spec fragment at {result.pod_spec_path} of {result.ref}"
+    return "\n".join([*comments, where, *body, *notes])
+
+
+_JSON_PATCH_NOTE = "# a JSON patch (custom resources take no strategic merge patch)"
+_GUARD_NOTE = (
+    "; its test operations\n# make it fail, changing nothing, if the list items it names have moved"
+)
+
+
+def _split_comments(text: str) -> tuple[list[str], list[str], list[str]]:
+    """The leading comment lines, the YAML body, and the comment lines after it."""
+    lines = text.splitlines()
+    head = 0
+    while head < len(lines) and (not lines[head].strip() or lines[head].lstrip().startswith("#")):
+        head += 1
+    tail = len(lines)
+    while tail > head and (not lines[tail - 1].strip() or lines[tail - 1].lstrip().startswith("#")):
+        tail -= 1
+    return lines[:head], lines[head:tail], [ln for ln in lines[tail:] if ln.strip()]
 
 
 def nest_fragment(text: str, path: str) -> str:
     """A YAML fragment moved under the mapping keys of a dotted path, its leading comments
     kept on top: `containers: [...]` at `spec.template.spec` becomes a patch of the object."""
-    lines = text.splitlines()
-    head = 0
-    while head < len(lines) and (not lines[head].strip() or lines[head].lstrip().startswith("#")):
-        head += 1
+    comments, body, notes = _split_comments(text)
     keys = path.split(".")
     opening = [f"{'  ' * depth}{key}:" for depth, key in enumerate(keys)]
     indent = "  " * len(keys)
-    body = [f"{indent}{line}" if line.strip() else "" for line in lines[head:]]
-    return "\n".join([*lines[:head], *opening, *body])
-
-
-def lift_containers(text: str, keys: dict[str, str]) -> str:
-    """A pod-spec fragment whose `containers:` (or `initContainers:`) item for a container in
-    `keys` is written under that key instead: KServe's model container is patched at
-    spec.predictor.model, so `containers: [{name: kserve-container, image: x}]` at spec.predictor
-    becomes `model: {image: x}`; under the key "" its fields are written beside `containers:`
-    (a NIMService's spec.resources). Items written in flow style are left as they are."""
-    lines = text.splitlines()
-    out: list[str] = []
-    index = 0
-    while index < len(lines):
-        line = lines[index]
-        index += 1
-        if line.rstrip() not in ("containers:", "initContainers:"):
-            out.append(line)
-            continue
-        kept: list[str] = []
-        lifted: list[str] = []
-        while index < len(lines) and lines[index][:1] in (" ", "-"):
-            item = [lines[index]]
-            indent = _indent(item[0])
-            index += 1
-            while index < len(lines) and (
-                not lines[index].strip() or _indent(lines[index]) > indent
-            ):
-                item.append(lines[index])
-                index += 1
-            first = item[0].strip()
-            name = first.removeprefix("- name:").split("#", 1)[0].strip()
-            if first.startswith("- name:") and name in keys and not keys[name]:
-                # written at the pod spec's own level, beside `containers:`
-                lifted.extend(part[indent + 2 :] for part in item[1:] if part.strip())
-            elif first.startswith("- name:") and name in keys:
-                lifted.append(f"{keys[name]}:")
-                lifted.extend(f"  {part[indent + 2 :]}" for part in item[1:] if part.strip())
-            else:
-                kept.extend(item)
-        if kept:
-            out.extend([line, *kept])
-        out.extend(lifted)
-    return "\n".join(out)
-
-
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip())
+    nested = [f"{indent}{line}" if line.strip() else "" for line in [*body, *notes]]
+    return "\n".join([*comments, *opening, *nested])
 
 
 def _result_key(result: Result) -> tuple[str, str, str, str, str]:
@@ -201,17 +267,52 @@ def _redacted(result: Result) -> Result:
     return result if message is result.message else replace(result, message=message)
 
 
+def unlisted_namespaces(check: Check, snapshot: Snapshot) -> str:
+    """Why the check's verdicts on cluster-scoped objects cannot be given on this snapshot, or
+    "". A live listing of one namespace (`scan --namespace`, recorded in the source's details,
+    also when saved to a snapshot file) holds only that namespace's objects of the namespaced
+    types the check reads: a Node judged from them (idle GPUs, its tenants, the agent pods it
+    runs) would be judged without the pods of every other namespace."""
+    namespace = snapshot.source.details.get("namespace")
+    if not namespace:
+        return ""
+    partial = sorted(
+        KNOWN_KINDS[t].plural
+        for t in check.required_types
+        if t in KNOWN_KINDS and KNOWN_KINDS[t].namespaced and snapshot.has(t)
+    )
+    if not partial:
+        return ""
+    return (
+        f"{', '.join(partial)} of other namespaces were not listed (--namespace {namespace}): "
+        "its verdicts on cluster-scoped objects are not assessed"
+    )
+
+
+def _listed(result: Result, snapshot: Snapshot) -> bool:
+    """A result on an object of the listed namespace (all of whose objects were read), or on
+    that Namespace itself (judged from its own objects, such as its ResourceQuotas)."""
+    ref = result.ref
+    return bool(ref.namespace) or (
+        ref.kind == "Namespace" and ref.name == snapshot.source.details.get("namespace")
+    )
+
+
 def run_check(check: Check, snapshot: Snapshot) -> CheckRun:
     reason = missing_inputs(check, snapshot)
     if reason:
         return CheckRun(check, CheckStatus.NOT_EVALUATED, reason=reason)
+    unlisted = unlisted_namespaces(check, snapshot)
     try:
         results = tuple(
             sorted(map(_redacted, collapse_inherited(check.run(snapshot))), key=_result_key)
         )
+        judged = tuple(r for r in results if _listed(r, snapshot)) if unlisted else results
         findings = tuple(
-            Finding(r, r.severity or check.severity, redact_text(render_remediation(check, r)))
-            for r in results
+            Finding(
+                r, r.severity or check.severity, redact_text(render_remediation(check, r, snapshot))
+            )
+            for r in judged
             if r.outcome is Outcome.FAIL
         )
     except Exception as exc:
@@ -228,8 +329,11 @@ def run_check(check: Check, snapshot: Snapshot) -> CheckRun:
             reason="not applicable: nothing in the input it applies to",
             applicable=False,
         )
+    if not judged:
+        return CheckRun(check, CheckStatus.NOT_EVALUATED, reason=unlisted)
     status = CheckStatus.FAILED if findings else CheckStatus.PASSED
-    return CheckRun(check, status, results, findings)
+    reason = unlisted if len(judged) < len(results) else ""
+    return CheckRun(check, status, judged, findings, reason=reason)
 
 
 def run_checks(checks: Iterable[Check], snapshot: Snapshot) -> tuple[CheckRun, ...]:

@@ -71,6 +71,7 @@ class Category(Enum):
     SERVING = "serving"
     STORAGE = "storage"
     NETWORK_SECURITY = "network-security"
+    FABRIC = "fabric"
 
     @property
     def codes(self) -> tuple[str, ...]:
@@ -104,6 +105,7 @@ _CATEGORY_CODES: dict[Category, tuple[str, ...]] = {
     Category.SERVING: ("SRV",),
     Category.STORAGE: ("STO",),
     Category.NETWORK_SECURITY: ("NET", "SEC"),
+    Category.FABRIC: ("FAB",),
 }
 _CATEGORY_TITLES: dict[Category, str] = {
     Category.STACK: "GPU Operator and driver stack",
@@ -119,6 +121,7 @@ _CATEGORY_TITLES: dict[Category, str] = {
     Category.SERVING: "Model serving",
     Category.STORAGE: "Storage",
     Category.NETWORK_SECURITY: "Network and security",
+    Category.FABRIC: "Multi-node fabric (EFA, RDMA, GPUDirect)",
 }
 
 
@@ -211,10 +214,6 @@ class Result:
     that a remediation written as a pod-spec fragment can be given as a patch of the object.
     `related` lists other objects that show the symptom or explain the finding (`ref` is always
     the object to change), without duplicates, in RelatedRef.sort_key order.
-    `container_keys` names the containers whose fields are written under a key of the pod spec's
-    parent rather than in its containers list (KServe's model container, written at
-    spec.predictor.model): (container name, key), so that a pod-spec fragment is given as a
-    patch of that key.
     `inherited` is, for a result on a pod template derived from another object's (a TrainJob's
     from its runtime's), the same result as the base template would give it: when the check
     gives the base exactly that, the problem comes from the base object and is reported there
@@ -229,7 +228,6 @@ class Result:
     fix: Mapping[str, str] = field(default_factory=dict)
     pod_spec_path: str = ""
     related: tuple[RelatedRef, ...] = ()
-    container_keys: tuple[tuple[str, str], ...] = ()
     inherited: Result | None = None
 
 
@@ -248,7 +246,8 @@ class FixKind(Enum):
 
     PATCH: YAML without apiVersion/kind, a patch of the object the finding names (`kubectl
     patch --patch-file`); a pod-spec fragment (root "pod_spec") is nested under the object's
-    pod template. COMMAND: shell command lines, `kubectl` or `helm`. MANIFEST: one or more
+    pod template, and for a custom resource, which takes no strategic merge patch, rendered as
+    a `kubectl patch --type=json` command of the object (gpu_audit.k8s.cr_patches). COMMAND: shell command lines, `kubectl` or `helm`. MANIFEST: one or more
     whole objects with apiVersion and kind (`kubectl apply -f`). PROCEDURE: steps in prose.
     """
 
@@ -380,6 +379,40 @@ class Remediation:
         return cls(kind or infer_fix_kind(generic, root), template, generic, root)
 
 
+ADMISSION_SCOPES = ("object", "pod", "container")
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRule:
+    """A check's form at admission: CEL that decides it from the one object being admitted
+    (`gpu-audit admission` renders it as a ValidatingAdmissionPolicy, gpu_audit.admission).
+
+    `scope` "object": `valid` is evaluated on `object` (of the resource types in `kinds`).
+    "pod": on each pod template `t` (`t.metadata`, `t.spec`) of a workload; "container": on
+    each container and init container `c` of each template `t`. `valid` is true when the
+    subject complies; `where` (optional) selects the subjects it applies to. Both may use the
+    macros of gpu_audit.admission (`@gpu(c)`, `@stack_agent(t)`...). `severity` is the
+    severity of what the CEL decides when it is not the check's (a part of the check), and
+    `note` says which part that is, for the check reference.
+    """
+
+    scope: str
+    valid: str
+    message: str
+    kinds: tuple[str, ...] = ()
+    where: str = ""
+    severity: Severity | None = None
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.scope not in ADMISSION_SCOPES:
+            raise ValueError(f"admission scope must be one of {', '.join(ADMISSION_SCOPES)}")
+        if self.scope == "object" and not self.kinds:
+            raise ValueError("admission scope object needs the resource types in `kinds`")
+        if not self.valid.strip() or not self.message.strip():
+            raise ValueError("admission needs a `valid` CEL expression and a `message`")
+
+
 @dataclass(frozen=True, slots=True)
 class Check:
     """A check: metadata plus the pure function that evaluates a snapshot.
@@ -402,6 +435,7 @@ class Check:
     severity_evidence: str = ""
     origin: str = "gpu-audit"
     module: str = ""
+    admission: AdmissionRule | None = None
 
     def run(self, snapshot: Snapshot) -> list[Result]:
         return list(self.function(snapshot))

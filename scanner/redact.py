@@ -20,6 +20,14 @@ annotations, ConfigMap file contents, custom resources):
   `"name": "value"` (JSON);
 - the value of a flag whose name holds token, key, password, secret, credential or auth:
   `--api-key=VALUE`, `--hf-token VALUE` in a string, `["--password", "VALUE"]` in a list;
+- the password options of tools that do not name them so, as their manuals define them (a
+  string or a command list): curl's `-u`/`--user` and `-U`/`--proxy-user USER:PASSWORD`, the
+  MySQL and MariaDB clients' `-pPASSWORD` (never `-p NAME`: that prompts, and NAME is the
+  database), sshpass `-p`, redis-cli `-a`, and `-p` of `docker`/`podman`/`nerdctl`/`helm
+  registry` `login`;
+- SQL and Redis passwords in text (ConfigMap init scripts, redis.conf): `PASSWORD '...'`
+  (PostgreSQL CREATE/ALTER ROLE), `IDENTIFIED BY '...'` (MySQL CREATE USER), `requirepass`
+  and `masterauth VALUE`;
 - the userinfo of a URL (`https://user:pass@host`, also `user:pass@host`);
 - the credential of an HTTP `Bearer` or `Basic` authorization;
 - well-known token shapes (hf_, sk-, ghp_, github_pat_, xox?-, AKIA/ASIA, nvapi-, glpat-,
@@ -28,7 +36,8 @@ annotations, ConfigMap file contents, custom resources):
 Only the value is replaced with REDACTED: the name, the flag and the fact that a value was
 there stay, which is all a check needs (GPU-SEC-001 reports `<redacted>` as the literal it
 stands for). Placeholders are not credentials and stay: booleans, numbers, `$VAR`, `${VAR}`,
-`$(VAR)`, `{{ ... }}` and `<value>`.
+`$(VAR)`, `{{ ... }}` and `<value>`. The checks' own prose ("--api-key with an inline
+value") keeps a plain word after a flag; cluster data does not (`--password hunter`).
 
 Labels are all kept, redacted like every other string: any selector (Services,
 NetworkPolicies, affinities, Karpenter requirements...) may read any label.
@@ -69,6 +78,9 @@ READ_ANNOTATIONS = frozenset(
         "scheduling.k8s.io/group-name",  # Volcano gang membership (GPU-DIST-001, why-pending)
         "k3s.io/node-args",  # the container runtime a K3s/RKE2 node runs (GPU-WL-008)
         "rke2.io/node-args",
+        "kueue.x-k8s.io/podset-required-topology",  # Kueue TAS, JobSet placement (GPU-FAB-004)
+        "kueue.x-k8s.io/podset-preferred-topology",
+        "alpha.jobset.sigs.k8s.io/exclusive-topology",
     }
 )
 READ_ANNOTATION_PREFIXES = (
@@ -88,6 +100,7 @@ READ_ANNOTATION_SUFFIXES = ("/zone", "availability-zone")
 
 _SECRET_NAME = re.compile(
     r"(^|_)(API_?KEY|ACCESS_?KEY|SECRET(_ACCESS)?_?KEY|SECRET|TOKEN|PASSWORD|PASSWD|PASS|"
+    r"REQUIREPASS|MASTERAUTH|"
     r"PRIVATE_?KEY|CREDENTIALS?|AUTH|AUTHORIZATION|COOKIE|DECRYPT(ION)?_?KEY|"
     r"ENCRYPTION_?KEY|HF_TOKEN|HUGGING_?FACE_HUB_TOKEN|NGC_API_KEY|WANDB_API_KEY|"
     r"OPENAI_API_KEY)($|_)"
@@ -164,6 +177,51 @@ _SEPARATORS = re.compile(r"[^A-Za-z0-9]+")
 _BARE_FLAG = re.compile(r"--?[A-Za-z][\w.-]*")
 _WORD = re.compile(r"[A-Za-z][a-z]*")
 
+# Tools whose password option is not named for it, from their manuals: curl -u/--user and
+# -U/--proxy-user take USER:PASSWORD, split at the first colon
+# (https://curl.se/docs/manpage.html#-u); the MySQL and MariaDB clients take -pPASSWORD, with no
+# space: `mysql -p test` prompts, and test is the database
+# (https://dev.mysql.com/doc/refman/8.0/en/command-line-options.html); sshpass -pPASSWORD
+# (sshpass(1)); redis-cli -a PASSWORD (https://redis.io/docs/latest/develop/tools/cli/); and
+# `docker login -p PASSWORD` (https://docs.docker.com/reference/cli/docker/login/), as podman,
+# nerdctl and `helm registry login` copy it. The kind of each tool says which options it has.
+_MYSQL_CLIENTS = (
+    "mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlcheck", "mysqlshow", "mysqlpump",
+    "mysqlsh", "mariadb", "mariadb-dump", "mariadb-admin", "mariadb-import", "mariadb-check",
+    "mariadb-show",
+)  # fmt: skip
+_TOOLS = {"curl": "user", "sshpass": "p", "redis-cli": "a"} | dict.fromkeys(_MYSQL_CLIENTS, "pw")
+_LOGIN_TOOLS = frozenset({"docker", "podman", "nerdctl", "helm"})  # -p only after `login`
+_TOOL_WORDS = ("curl", "mysql", "mariadb", "sshpass", "redis-cli", "login")
+_TOOL_CALL = re.compile(
+    r"(?<![\w.-])(?:[\w.-]*/)?(?:(?P<tool>curl|sshpass|redis-cli|mysql[a-z]*|mariadb[a-z-]*)|"
+    r"(?:docker|podman|nerdctl|helm[ \t]+registry)[ \t]+login)(?![\w.-])[^\n;&|]*"
+)
+_VALUE = r"(?P<v>\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'`;&|-][^\s\"'`;&|]*)"
+# Per kind: the option and its value (attached, or after spaces where the tool allows it),
+# and the bare option whose value is the next item of a command list.
+_TOOL_OPTIONS = {
+    "user": re.compile(
+        rf"(?<!\S)(?:-[A-Za-z]*[uU]|--user|--proxy-user)(?:[ \t]+|(?<=[uU])){_VALUE}"
+    ),
+    "pw": re.compile(rf"(?<!\S)-p{_VALUE}"),
+    "p": re.compile(rf"(?<!\S)-p[ \t]*{_VALUE}"),
+    "a": re.compile(rf"(?<!\S)-a[ \t]*{_VALUE}"),
+}
+_TOOL_FLAGS = {
+    "user": re.compile(r"-[A-Za-z]*[uU]|--user|--proxy-user"),
+    "p": re.compile("-p"),
+    "a": re.compile("-a"),
+}
+# SQL and Redis: PostgreSQL's CREATE/ALTER ROLE ... PASSWORD 'literal'
+# (https://www.postgresql.org/docs/current/sql-createrole.html), MySQL's CREATE USER ...
+# IDENTIFIED BY 'literal' (https://dev.mysql.com/doc/refman/8.0/en/create-user.html), and the
+# redis.conf directives `requirepass VALUE` and `masterauth VALUE` (also after CONFIG SET).
+_STATEMENT = re.compile(
+    r"(?<![\w-])(?i:password|identified[ \t]+by)[ \t]+(?P<v>'[^'\n]*'|\"[^\"\n]*\")|"
+    r"(?<![\w-])(?i:requirepass|masterauth)[ \t]+(?P<r>[^\s\"'`;&|-][^\s\"'`;&|]*)"
+)
+
 
 def is_placeholder(value: str) -> bool:
     """A boolean, a number or a $(VAR) reference: never a credential."""
@@ -234,21 +292,31 @@ def _credential(value: str, words_are_prose: bool) -> bool:
     )
 
 
-def redact_text(text: str) -> str:
-    """`text` with every credential it shows replaced by REDACTED (see the module's doc)."""
+def _password(value: str) -> bool:
+    """Whether the value of a password option or directive is one. Unlike a value named by a
+    credential word, a number is a password here: `requirepass 5241590000000000` (KubeRay's
+    external Redis sample), `redis-cli -a 12345`."""
+    return value.strip("\"'").isdigit() or _credential(value, words_are_prose=False)
+
+
+def redact_text(text: str, *, prose: bool = True) -> str:
+    """`text` with every credential it shows replaced by REDACTED (see the module's doc). With
+    `prose` (the checks' messages), a plain word after a credential flag stays."""
     if len(text) > _LONG:
         # Longer than any value an API server stores: redacted whole when anything in it may
         # be a credential, rather than parsed at length.
         return REDACTED if _may_hold(text) else text
-    return _redact(text) if _suspect(text) else text
+    return _redact(text, prose) if _suspect(text) else text
 
 
-def _redact(text: str) -> str:
+def _redact(text: str, prose: bool = True) -> str:
     text = _PEM.sub(REDACTED, text)
     text = _TOKEN.sub(REDACTED, text)
     text = _redact_userinfo(text)
     text = _AUTH.sub(_auth, text)
-    return _redact_names(text)
+    text = _TOOL_CALL.sub(_tool_call, text)
+    text = _STATEMENT.sub(_statement, text)
+    return _redact_names(text, prose)
 
 
 def _suspect(text: str) -> bool:
@@ -265,6 +333,10 @@ def _suspect(text: str) -> bool:
     low = text.translate(_ASCII_LOWER)
     if ("bearer" in low or "basic" in low) and _AUTH.search(text):
         return True
+    if any(word in low for word in _TOOL_WORDS) and _TOOL_CALL.search(text):
+        return True
+    if "identified" in low and _STATEMENT.search(text):
+        return True
     for word in _HINT_WORDS:
         at = low.find(word)
         while at >= 0:
@@ -280,7 +352,7 @@ def _may_hold(text: str) -> bool:
     """Whether a long text holds any of what _suspect looks for, by substring searches only."""
     if "@" in text or any(prefix in text for prefix in _SHAPE_PREFIXES):
         return True
-    words = (*_HINT_WORDS, "bearer", "basic")
+    words = (*_HINT_WORDS, *_TOOL_WORDS, "bearer", "basic", "identified")
     for at in range(0, len(text), _LONG):  # lower-cased a part at a time
         low = text[at : at + _LONG + 8].translate(_ASCII_LOWER)
         if any(word in low for word in words):
@@ -302,6 +374,50 @@ def _auth(match: re.Match[str]) -> str:
     return match[0][: match.start("value") - start] + REDACTED
 
 
+def _tool_call(match: re.Match[str]) -> str:
+    """A tool's command line with the values of its password options redacted."""
+    tool = match["tool"]
+    kind = "p" if tool is None else _TOOLS.get(tool)
+    return match[0] if kind is None else _TOOL_OPTIONS[kind].sub(_TOOL_VALUES[kind], match[0])
+
+
+def _password_value(match: re.Match[str]) -> str:
+    """An option's value redacted, unless it is a placeholder."""
+    value = match["v"]
+    if not _password(value):
+        return match[0]
+    return match[0][: match.start("v") - match.start()] + _quoted(value)
+
+
+def _user_password(match: re.Match[str]) -> str:
+    """USER:PASSWORD with the password redacted; USER alone (curl prompts) stays."""
+    value = match["v"]
+    quote = value[0] if value[0] in "\"'" else ""
+    user, colon, password = value.strip(quote).partition(":")
+    if not colon or _kept(password):
+        return match[0]
+    prefix = match[0][: match.start("v") - match.start()]
+    return f"{prefix}{quote}{user}:{REDACTED}{quote}"
+
+
+_TOOL_VALUES = {"user": _user_password} | dict.fromkeys(("pw", "p", "a"), _password_value)
+
+
+def _statement(match: re.Match[str]) -> str:
+    """A SQL password literal or a Redis password directive's value redacted."""
+    group = "v" if match["v"] is not None else "r"
+    value = match[group]
+    if not _password(value):
+        return match[0]
+    return match[0][: match.start(group) - match.start()] + _quoted(value)
+
+
+# A URL's userinfo that is one plain word holds no password: s3://anonymous@bucket (S3's
+# anonymous access, KubeRay's batch-inference sample), ssh://git@github.com. A token used as
+# the user name has digits or capitals, or a token shape (_TOKEN runs first).
+_USER_NAME = re.compile(r"[a-z][a-z.-]{0,31}")
+
+
 def _userinfo(text: str) -> Iterator[tuple[int, int]]:
     """Where the userinfo of each URL (scheme://userinfo@) or user:password@host sits."""
     at = text.find("@")
@@ -312,7 +428,8 @@ def _userinfo(text: str) -> Iterator[tuple[int, int]]:
             start -= 1
         bounded = start == 0 or text[start - 1] in _USERINFO_STOP
         url = start >= 3 and text.startswith("://", start - 3)
-        if start < at and bounded and (url or _bare_userinfo(text, start, at)):
+        user_name = url and _USER_NAME.fullmatch(text, start, at) is not None
+        if start < at and bounded and not user_name and (url or _bare_userinfo(text, start, at)):
             yield start, at
         at = text.find("@", at + 1)
 
@@ -351,7 +468,7 @@ def _hints(low: str) -> list[int]:
     return sorted(found)
 
 
-def _redact_names(text: str) -> str:
+def _redact_names(text: str, prose: bool) -> str:
     """The values after names that say credential: NAME=value, name: value, --flag value.
     Names are runs of [\\w.-] that hold a hint word; the values of other names are left for
     the names they hold (the earlier passes saw the rest)."""
@@ -381,7 +498,7 @@ def _redact_names(text: str) -> str:
             continue
         resume = after.end()  # a placeholder holds no name either
         value = after[group]
-        if _credential(value, words_are_prose=group == "flv"):
+        if _credential(value, words_are_prose=prose and group == "flv"):
             blank = value[len(value.rstrip()) :]
             pieces += [text[done : after.start(group)], _quoted(value.rstrip()), blank]
             done = resume
@@ -390,20 +507,59 @@ def _redact_names(text: str) -> str:
 
 def redact_argv(items: Sequence[str]) -> list[str]:
     """A command or args list redacted: each item as text, and the item after a bare
-    credential flag (`["--api-key", "VALUE"]`) as a whole."""
+    credential flag (`["--api-key", "VALUE"]`) or a tool's password option
+    (`["curl", "-u", "USER:PASSWORD"]`) as a whole."""
+    argv = _Argv()
     out: list[str] = []
-    after_flag = False
     for item in items:
-        if after_flag and not item.startswith("-") and not _kept(item):
-            out.append(REDACTED)
-        else:
-            out.append(redact_text(item))
-        after_flag = _bare_secret_flag(item)
+        redacted = argv.redact(item)
+        out.append(redacted if redacted is not None else redact_text(item))
     return out
 
 
 def _bare_secret_flag(item: str) -> bool:
     return item.startswith("-") and bool(_BARE_FLAG.fullmatch(item)) and secret_flag(item)
+
+
+class _Argv:
+    """What the items of a command list read so far say about the next one."""
+
+    __slots__ = ("after_flag", "kind", "login", "option")
+
+    def __init__(self) -> None:
+        self.after_flag = False  # a bare credential flag: the next item is its value
+        self.kind: str | None = None  # the tool the list runs (_TOOLS)
+        self.login = False  # a login tool: its -p counts after `login`
+        self.option = ""  # the tool's bare password option: the next item is its value
+
+    def redact(self, item: str) -> str | None:
+        """`item` redacted for what came before it; None when only its own text tells."""
+        result = None
+        kind = self.kind
+        if self.after_flag and item and not item.startswith("-") and not _kept(item):
+            result = REDACTED
+        elif kind is not None and item:
+            # The option and its value, as the tool's regex reads them in a string.
+            before = f"{self.option} " if self.option and not item.startswith("-") else ""
+            redacted = _TOOL_OPTIONS[kind].sub(_TOOL_VALUES[kind], before + item)
+            if redacted != before + item:
+                result = redacted[len(before) :]
+        self.after_flag = _bare_secret_flag(item)
+        flag = _TOOL_FLAGS.get(kind) if kind is not None else None
+        self.option = item if flag is not None and flag.fullmatch(item) else ""
+        name = item.rpartition("/")[2]
+        if name in _TOOLS:
+            self.kind = _TOOLS[name]
+        elif name in _LOGIN_TOOLS:
+            self.login = True
+        elif self.login and item == "login":
+            self.kind = "p"
+        return result
+
+    def skip(self) -> None:
+        """An item that is no string."""
+        self.after_flag = False
+        self.option = ""
 
 
 def redact_tree(value: Any) -> Any:
@@ -452,19 +608,25 @@ def sanitize(obj: dict[str, Any]) -> dict[str, Any]:
             obj[section] = REDACTED
     # Names, pairs and flags are judged on the way; the text of every string is looked at
     # once for the whole object, and only an object that may hold a credential in a text is
-    # walked again to redact its strings.
+    # walked again to redact its strings. Most strings of a cluster repeat (images, keys,
+    # label values, commands): one found clean once is not looked at again.
     texts: list[str] = []
     _scrub_mapping(obj, texts)
     if _suspect("\n".join(texts)):
         _scrub_mapping(obj, None)
+    else:
+        if len(_CLEAN) + len(texts) > _CLEAN_SIZE:
+            _CLEAN.clear()
+        _CLEAN.update(text for text in texts if len(text) <= _CLEAN_LENGTH)
     return obj
 
 
 def _scrub_mapping(node: dict[Any, Any], texts: list[str] | None) -> None:
     """Redact the values of credential names in `node` and below; the other strings go to
     `texts`, or are redacted as text when `texts` is None."""
-    # The loader's hottest loop (every string of every object): the key cache is read inline.
+    # The loader's hottest loop (every string of every object): the caches are read inline.
     cache = _KEY_CACHE
+    clean = _CLEAN
     for key, item in node.items():
         if type(item) is str:
             if not item:
@@ -475,9 +637,10 @@ def _scrub_mapping(node: dict[Any, Any], texts: list[str] | None) -> None:
             if secret and not _kept(item):
                 node[key] = REDACTED
             elif texts is not None:
-                texts.append(item)
+                if item not in clean:
+                    texts.append(item)
             else:
-                node[key] = redact_text(item)
+                node[key] = redact_text(item, prose=False)
         elif type(item) is dict:
             _scrub_mapping(item, texts)
         elif type(item) is list:
@@ -493,18 +656,22 @@ def _scrub_mapping(node: dict[Any, Any], texts: list[str] | None) -> None:
 
 
 def _scrub_list(items: list[Any], texts: list[str] | None) -> None:
-    after_flag = False
+    argv = None  # made at the first string: most lists hold mappings (containers, env)
     for index, item in enumerate(items):
-        if isinstance(item, str):
-            if after_flag and item and not item.startswith("-") and not _kept(item):
-                items[index] = REDACTED
+        if type(item) is str:
+            if argv is None:
+                argv = _Argv()
+            redacted = argv.redact(item)
+            if redacted is not None:
+                items[index] = redacted
             elif texts is not None:
-                texts.append(item)
+                if item not in _CLEAN:
+                    texts.append(item)
             elif item:
-                items[index] = redact_text(item)
-            after_flag = _bare_secret_flag(item)
+                items[index] = redact_text(item, prose=False)
             continue
-        after_flag = False
+        if argv is not None:
+            argv.skip()
         if isinstance(item, dict):
             _scrub_mapping(item, texts)
         elif isinstance(item, list):
@@ -512,6 +679,11 @@ def _scrub_list(items: list[Any], texts: list[str] | None) -> None:
 
 
 _KEY_CACHE: dict[str, bool] = {}
+# Strings sanitize found clean (no credential in their text), cleared when full: at most
+# 256 Ki strings of at most 1 KiB are kept alive by it.
+_CLEAN: set[str] = set()
+_CLEAN_SIZE = 1 << 18
+_CLEAN_LENGTH = 1024
 
 
 def _secret_key(name: Any) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 from gpu_audit.declarative import load_check_dir
+from gpu_audit.errors import did_you_mean
 from gpu_audit.model import Category, Check, Severity
 
 ENTRY_POINT_GROUP = "gpu_audit.checks"
@@ -105,11 +106,17 @@ def select_checks(
     categories: Iterable[Category] = (),
     min_severity: Severity | None = None,
 ) -> dict[str, Check]:
-    """Filter the registry; unknown ids in `only`/`skip` are an error, not a silent no-op."""
-    only, skip, cats = set(only), set(skip), set(categories)
-    unknown = sorted((only | skip) - set(registry))
+    """Filter the registry; ids in `only`/`skip` match in any case (gpu-wl-001), and unknown
+    ones are an error naming the closest ids, not a silent no-op."""
+    by_folded = {cid.casefold(): cid for cid in registry}
+    unknown = sorted({i for i in (*only, *skip) if i.casefold() not in by_folded})
     if unknown:
-        raise RegistryError(f"unknown check id(s): {', '.join(unknown)}")
+        raise RegistryError(
+            f"unknown check id(s): {', '.join(unknown)}{did_you_mean(unknown, registry)}"
+        )
+    only = {by_folded[i.casefold()] for i in only}
+    skip = {by_folded[i.casefold()] for i in skip}
+    cats = set(categories)
     return {
         cid: c
         for cid, c in registry.items()

@@ -10,18 +10,20 @@ import datetime as dt
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from gpu_audit import __version__
 from gpu_audit.engine import CheckRun, Finding
 from gpu_audit.errors import InputError
-from gpu_audit.model import CheckStatus, Exemption, ObjRef, Outcome, RelatedRef, Severity
+from gpu_audit.impact import finding_impact
+from gpu_audit.model import Category, CheckStatus, Exemption, ObjRef, Outcome, RelatedRef, Severity
 from gpu_audit.scoring import Score, category_scores, coverage, namespace_scores, overall_score
 from gpu_audit.snapshot import Snapshot
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "report.schema.json"
 Document = dict[str, Any]
 NO_EXEMPTIONS: Mapping[str, Any] = {
@@ -43,6 +45,17 @@ def _score(score: Score) -> dict[str, Any]:
     }
 
 
+def _category_coverage(runs: Sequence[CheckRun], category: Category) -> dict[str, Any]:
+    """How many of the category's checks that could apply were evaluated: the evidence
+    behind its score (below scoring.COVERAGE_FLOOR its grade is "incomplete")."""
+    cov = coverage([r for r in runs if r.check.category is category])
+    return {
+        "evaluated": cov.evaluated,
+        "applicable": cov.enabled - cov.not_applicable,
+        "ratio": cov.ratio,
+    }
+
+
 def _resource(snapshot: Snapshot, ref: ObjRef) -> dict[str, Any]:
     found = snapshot.get(ref.kind, ref.namespace, ref.name)
     return {
@@ -59,8 +72,11 @@ def _resource(snapshot: Snapshot, ref: ObjRef) -> dict[str, Any]:
     }
 
 
-def _finding(snapshot: Snapshot, run: CheckRun, finding: Finding) -> dict[str, Any]:
+def _finding(
+    snapshot: Snapshot, run: CheckRun, finding: Finding, prices: Mapping[str, Decimal] | None
+) -> dict[str, Any]:
     result = finding.result
+    impact = finding_impact(snapshot, result.ref, result.related)
     return {
         "check_id": run.check.id,
         "title": run.check.title,
@@ -71,6 +87,7 @@ def _finding(snapshot: Snapshot, run: CheckRun, finding: Finding) -> dict[str, A
         "path": result.path,
         "remediation": finding.remediation,
         "related": [_related(r) for r in sorted(set(result.related), key=lambda r: r.sort_key)],
+        "impact": impact.as_dict(prices),
         **({"exemption": _exemption(finding.exemption)} if finding.exemption else {}),
     }
 
@@ -118,10 +135,12 @@ def fingerprints(items: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def finding_order(item: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Worst first, then by check and object: the order of every list of findings."""
+    """Worst first, then the most GPUs (gpu_audit.impact), then by check and object: the
+    order of every list of findings."""
     res = item["resource"]
     return (
         -Severity(item["severity"]).rank,
+        -(item.get("impact") or {}).get("gpus", 0),
         item["check_id"],
         res["type"],
         res["namespace"] or "",
@@ -167,13 +186,17 @@ def timestamp_from_epoch(epoch: str | None) -> str | None:
     return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def report_entries(snapshot: Snapshot, runs: Sequence[CheckRun]) -> Document:
+def report_entries(
+    snapshot: Snapshot, runs: Sequence[CheckRun], prices: Mapping[str, Decimal] | None = None
+) -> Document:
     """The report's `checks`, `findings` and `exempted_findings` (findings worst first, each
-    with its fingerprint): what its baseline and compliance sections are computed from
+    with its fingerprint and its GPU impact, priced with `prices`, product -> $/GPU-hour, when
+    given): what its baseline and compliance sections are computed from
     (gpu_audit.postscan.diff.baseline_section, gpu_audit.postscan.frameworks.compliance_section)
     before build_report puts them all together."""
     every = sorted(
-        (_finding(snapshot, run, f) for run in runs for f in run.findings), key=finding_order
+        (_finding(snapshot, run, f, prices) for run in runs for f in run.findings),
+        key=finding_order,
     )
     for item, fp in zip(every, fingerprints(every), strict=True):
         item["fingerprint"] = fp
@@ -237,7 +260,12 @@ def build_report(
             "grade": overall.grade,
             "capped_by": overall.capped_by,
             "categories": [
-                {"category": cat.value, "title": cat.title, **_score(s)}
+                {
+                    "category": cat.value,
+                    "title": cat.title,
+                    **_score(s),
+                    "coverage": _category_coverage(runs, cat),
+                }
                 for cat, s in category_scores(runs).items()
             ],
             "namespaces": [
@@ -280,6 +308,40 @@ def build_report(
 def dumps(document: Mapping[str, Any]) -> str:
     """The canonical JSON text: sorted keys, fixed indentation, a final newline."""
     return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def shown_findings(
+    document: Mapping[str, Any], keep: Callable[[Mapping[str, Any]], bool], **applied: str
+) -> Document:
+    """The document with only the findings (and exempted findings) `keep` accepts, and an
+    `output_filter` that records the filter `applied` (added to one applied before) and how
+    many findings were left out in all. Score, grade, coverage and summary stay those of the
+    whole scan: a filter changes what is shown, not what was checked."""
+    findings, exempted = document["findings"], document.get("exempted_findings", [])
+    shown = {
+        "findings": [f for f in findings if keep(f)],
+        "exempted_findings": [f for f in exempted if keep(f)],
+    }
+    earlier = document.get("output_filter") or {}
+    hidden = len(findings) + len(exempted) - sum(map(len, shown.values()))
+    hidden += earlier.get("hidden_findings", 0)
+    return {**document, **shown, "output_filter": {**earlier, **applied, "hidden_findings": hidden}}
+
+
+def in_namespace(document: Document, namespace: str | None) -> Document:
+    """The document as `scan --namespace` shows it: only the findings on that namespace's
+    objects and on the Namespace itself (those on other cluster-scoped objects, such as Nodes
+    and ClusterPolicies, are left out, and counted in `output_filter`); `document` itself
+    without a namespace."""
+    if not namespace:
+        return document
+    this = {"kind": "Namespace", "namespace": None, "name": namespace}
+
+    def kept(finding: Mapping[str, Any]) -> bool:
+        res = finding["resource"]
+        return bool(res["namespace"] == namespace or this.items() <= res.items())
+
+    return shown_findings(document, kept, namespace=namespace)
 
 
 def load_report(path: str) -> Document:

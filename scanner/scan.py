@@ -28,18 +28,33 @@ from gpu_audit.declarative import load_check_dirs
 from gpu_audit.diagnostics import diagnostics_section
 from gpu_audit.engine import CheckRun, run_checks
 from gpu_audit.errors import InputError
+from gpu_audit.impact import load_prices
 from gpu_audit.model import Category, Severity
 from gpu_audit.postscan.diff import baseline_section, load_comparable, new_at_or_above
 from gpu_audit.postscan.exemptions import apply_exemptions, evaluation_date, load_exemptions
 from gpu_audit.postscan.frameworks import compliance_section, resolve_frameworks
 from gpu_audit.rbac import scan_types
 from gpu_audit.registry import RegistryError, load_checks, select_checks
-from gpu_audit.report import Document, build_report, report_entries, timestamp_from_epoch
+from gpu_audit.report import (
+    Document,
+    build_report,
+    in_namespace,
+    report_entries,
+    timestamp_from_epoch,
+)
 from gpu_audit.snapshot import Snapshot
 from gpu_audit.sources.files import load_files
-from gpu_audit.sources.live import Connection, ListOptions, LiveError, Progress, collect
+from gpu_audit.sources.live import (
+    ConfigError,
+    Connection,
+    ListOptions,
+    LiveError,
+    Progress,
+    collect,
+)
 
 __all__ = [
+    "ConfigError",
     "Connection",
     "InputError",
     "Inputs",
@@ -84,6 +99,7 @@ class ScanOptions:
     today: dt.date | None = None  # the day exemption expiry is judged on (default: see below)
     baseline: str | None = None  # a previous JSON report to compare with
     frameworks: tuple[str, ...] = ()  # shipped framework ids or framework .yaml files
+    gpu_prices: str | None = None  # a price table, GPU product -> $/GPU-hour (gpu_audit.impact)
     cluster_name: str | None = None  # default: the kubeconfig context of a live scan
     record_duration: bool = False  # scan_duration_seconds (the bytes then vary run to run)
     # generated_at: SOURCE_DATE_EPOCH (whole seconds, as text) when given; else the clock when
@@ -165,8 +181,9 @@ def _gc_paused() -> Iterator[None]:
 
 
 def load_snapshot(inputs: Inputs, types: Iterable[str]) -> Snapshot:
-    """The snapshot of `inputs`: its files, or the resource `types` listed from the live
-    cluster. Raises InputError (files) or LiveError (the cluster cannot be read at all)."""
+    """The snapshot of `inputs`: every object of its files, or the resource `types` listed
+    from the live cluster (of `inputs.listing.namespace` only, when given, for the namespaced
+    types). Raises InputError (files) or LiveError (the cluster cannot be read at all)."""
     with _gc_paused():
         if inputs.files:
             return load_files(inputs.files, inputs.stdin)
@@ -196,6 +213,11 @@ def run_scan(options: ScanOptions) -> ScanResult:
     rules = load_exemptions(options.exemptions_file, registry) if options.exemptions_file else None
     old = load_comparable(options.baseline) if options.baseline else None
     chosen = resolve_frameworks(options.frameworks, registry)
+    prices = load_prices(options.gpu_prices) if options.gpu_prices else None
+    # --namespace: every check runs on what was read (files: every object, for node-level
+    # checks need the pods of every namespace; live: that namespace's objects, see
+    # gpu_audit.engine.unlisted_namespaces), and only that namespace's findings are shown.
+    namespace = options.inputs.listing.namespace
     started = time.monotonic()
     snapshot = load_snapshot(options.inputs, scan_types(enabled.values()))
     if options.strict and snapshot.source.warnings:
@@ -205,7 +227,7 @@ def run_scan(options: ScanOptions) -> ScanResult:
         run_checks(enabled.values(), snapshot), snapshot, registry, rules, day
     )
     duration = round(time.monotonic() - started, 3) if options.record_duration else None
-    entries = report_entries(snapshot, runs)
+    entries = report_entries(snapshot, runs, prices)
     document = build_report(
         snapshot,
         runs,
@@ -215,11 +237,13 @@ def run_scan(options: ScanOptions) -> ScanResult:
         exemptions=exempted,
         diagnostics=diagnostics_section(snapshot),
         baseline=(
-            baseline_section(old, options.baseline, entries)
+            baseline_section(
+                in_namespace(old, namespace), options.baseline, in_namespace(entries, namespace)
+            )
             if old is not None and options.baseline
             else None
         ),
         compliance=compliance_section(chosen, entries["checks"]),
         cluster=options.cluster_name or snapshot.source.details.get("context") or None,
     )
-    return ScanResult(document, runs, options)
+    return ScanResult(in_namespace(document, namespace), runs, options)

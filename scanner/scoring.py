@@ -3,10 +3,15 @@
 The score is computed per check, not per object: a check passes when none of its results
 failed, and each evaluated check weighs by its severity. A thousand compliant pods therefore
 cannot dilute one critical failure, and a critical failure also caps the grade (README, Scoring).
+
+A grade needs evidence: when fewer than COVERAGE_FLOOR of the checks that could apply were
+evaluated (one Pod manifest, a nodes-only dump), the grade is "incomplete", not a letter that
+would read as a verdict on the cluster; the score is still given, beside its coverage.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -18,6 +23,10 @@ GRADE_BANDS = ((90.0, "A"), (80.0, "B"), (70.0, "C"), (60.0, "D"), (0.0, "F"))
 # The best grade a scan can get while a check of this severity fails.
 GRADE_CAP = {Severity.CRITICAL: "D", Severity.HIGH: "B"}
 CLUSTER_SCOPE = ""
+# The share of applicable checks that must be evaluated for a letter grade (overall and per
+# category), and the grade below it.
+COVERAGE_FLOOR = 0.5
+INCOMPLETE_GRADE = "incomplete"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +90,14 @@ def _evaluated(runs: Sequence[CheckRun]) -> list[CheckRun]:
 
 
 def overall_score(runs: Sequence[CheckRun]) -> Score:
-    return score_verdicts(
+    """The score of these runs; graded "incomplete" below the coverage floor."""
+    score = score_verdicts(
         (r.check.severity, r.status is CheckStatus.PASSED) for r in _evaluated(runs)
     )
+    ratio = coverage(runs).ratio
+    if score.grade is not None and ratio is not None and ratio < COVERAGE_FLOOR:
+        return dataclasses.replace(score, grade=INCOMPLETE_GRADE, capped_by=None)
+    return score
 
 
 def category_scores(runs: Sequence[CheckRun]) -> dict[Category, Score]:

@@ -55,6 +55,7 @@ class Snapshot:
         "_by_type",
         "_by_type_ns",
         "_derived",
+        "_facts",
         "available",
         "complete",
         "gaps",
@@ -90,6 +91,7 @@ class Snapshot:
         self.available: frozenset[str] = frozenset(present - {g.type for g in self.gaps})
         self.source = source or SourceInfo(kind="files")
         self._derived: dict[Hashable, Any] = {}
+        self._facts: dict[Hashable, dict[int, tuple[Resource, Any]]] = {}
 
     def derived(self, key: Hashable, compute: Callable[[Snapshot], T]) -> T:
         """`compute(self)`, computed once per snapshot and key: an index built from the
@@ -99,6 +101,21 @@ class Snapshot:
         if key not in self._derived:
             self._derived[key] = compute(self)
         return cast(T, self._derived[key])
+
+    def fact(self, key: Hashable, resource: Resource, compute: Callable[[Resource], T]) -> T:
+        """`compute(resource)`, computed once per snapshot, key and object: a fact about one
+        object that several checks ask for (its controlling owner, whether it requests GPUs),
+        so that no check walks every object's containers or owner chain again. `resource` may
+        be an object the snapshot does not hold (a pod made from a template): facts are kept
+        per object, not per name. The result must be treated as read-only."""
+        known = self._facts.get(key)
+        if known is None:
+            known = self._facts[key] = {}
+        found = known.get(id(resource))
+        if found is None:
+            # The object is kept with its fact, so its id is not reused while the entry lives.
+            found = known[id(resource)] = (resource, compute(resource))
+        return cast(T, found[1])
 
     def __len__(self) -> int:
         return len(self._by_ref)

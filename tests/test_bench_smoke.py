@@ -18,41 +18,52 @@ def test_smoke_run_writes_every_offline_figure(tmp_path: Path) -> None:
         [
             sys.executable,
             str(REPO / "benchmarks" / "run.py"),
-            "--scales",
-            "200,400",
-            "--live-pods",
-            "0",
-            "--checkov-pods",
-            "0",
-            "--pending-scales",
-            "300",
-            "--work",
-            str(tmp_path / "work"),
-            "--output",
-            str(output),
+            *("--scales", "200,400", "--sweep-pods", "300", "--yaml-pods", "200"),
+            *("--pending-shares", "0,0.01,0.05", "--node-classes", "2,5,50"),
+            *("--namespaces", "10,40", "--live-pods", "0", "--checkov-pods", "0"),
+            *("--work", str(tmp_path / "work"), "--output", str(output)),
         ],
         check=True,
         capture_output=True,
-        timeout=600,
+        timeout=900,
     )
     results = json.loads(output.read_text())
-    scales = results["offline"]["scales"]
+    cases = {row["case"]: row for row in results["offline"]["cases"]}
+    # The base shape at each scale, one axis varied at a time, then YAML.
+    assert list(cases) == [
+        "200 pods, base shape",
+        "400 pods, base shape",
+        "pending 0.00% of pods",
+        "pending 5.00% of pods",
+        "2 node classes",
+        "50 node classes",
+        "10 namespaces",
+        "40 namespaces",
+        "200 pods, YAML",
+    ]
+    small, large = cases["200 pods, base shape"], cases["400 pods, base shape"]
     # The scale is a budget: workloads whose pods the API server would refuse have none.
-    assert 0 < scales[0]["pods"] <= 200 < scales[1]["pods"] <= 400
-    for row in scales:
-        for run in ("json_loads", "scan"):
+    assert 0 < small["pods"] <= 200 < large["pods"] <= 400
+    for row in cases.values():
+        for run in ("json_loads", "scan", "stages_process"):
             assert row[run]["seconds"] > 0
             assert row[run]["peak_rss_mib"] > 0
         assert row["time_ratio"] > 0
         assert row["rss_ratio"] > 0
+        assert set(row["stages"]) == {"load", "index", "checks", "diagnostics", "render"}
+        assert all(row["stage_peak_rss_mib"][stage] > 0 for stage in row["stages"])
         assert row["findings"] > 0  # the generated misconfigurations are found
+    # Pending pods follow their share; the YAML dump holds the JSON one's objects.
+    assert cases["pending 0.00% of pods"]["pending_pods"] == 0
+    assert cases["pending 5.00% of pods"]["pending_pods"] > small["pending_pods"] > 0
+    assert cases["10 namespaces"]["namespaces"] == 13  # and kube-system, gpu-operator...
+    yaml_row = cases["200 pods, YAML"]
+    assert (yaml_row["objects"], yaml_row["findings"]) == (small["objects"], small["findings"])
+    assert yaml_row["time_ratio_vs_json_scan"] > 0
+    assert results["offline"]["per_object_cost_growth"] > 0
     phases = results["offline"]["phases"]
-    assert set(phases["seconds"]) == {"load", "checks", "diagnostics", "report", "json"}
     assert 0 < phases["check_engine_share"] < 1
     assert phases["profile_top"]
-    (pending,) = results["pending_diagnostics"]
-    assert pending["pending_pods"] > 0
-    assert pending["seconds"]["diagnostics"] > 0
     assert "live" not in results and "checkov" not in results
 
 

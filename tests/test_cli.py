@@ -30,7 +30,7 @@ def scan_json(
 def test_json_contract_on_the_sample_cluster(runner: CliRunner, sample_cluster: Path) -> None:
     code, report = scan_json(runner, "--from-file", str(sample_cluster))
     jsonschema.validate(report, json.loads(SCHEMA_FILE.read_text()))
-    assert report["schema_version"] == "1.2"
+    assert report["schema_version"] == "1.3"
     assert report["score"]["overall"] is None or 0 <= report["score"]["overall"] <= 100
     assert report["score"]["grade"] in {"A", "B", "C", "D", "F"}
     assert report["findings"], "the sample cluster is built with misconfigurations"

@@ -34,4 +34,7 @@ def test_wheel_contains_only_the_gpu_audit_namespace(tmp_path: Path) -> None:
     assert "gpu_audit/reports/templates/report.html.j2" in names
     assert "gpu_audit/schema/report.schema.json" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "gpu-audit = gpu_audit.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "gpu-audit = gpu_audit.cli:main" in scripts
+    # kubectl runs kubectl-gpu_audit for `kubectl gpu-audit` (the kubectl plugin).
+    assert "kubectl-gpu_audit = gpu_audit.cli:kubectl_plugin" in scripts

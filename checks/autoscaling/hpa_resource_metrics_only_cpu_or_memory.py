@@ -4,6 +4,7 @@ import json
 from collections.abc import Iterator
 
 from gpu_audit.api import (
+    AdmissionRule,
     Category,
     FixKind,
     Resource,
@@ -82,6 +83,18 @@ from ._common import (
         "https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#algorithm-details",
         "https://github.com/kubernetes/kubernetes/issues/59633",
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-telemetry/latest/dcgm-exporter.html",
+    ),
+    admission=AdmissionRule(
+        scope="object",
+        kinds=(HPA,),
+        valid=f"""
+            object.spec.?metrics.orValue([]).all(m,
+                !(m.?type.orValue('') in ['Resource', 'ContainerResource'])
+                || (m.type == 'Resource' ? m.?resource.?name.orValue('')
+                    : m.?containerResource.?name.orValue('')) in {["", *sorted(RESOURCE_METRICS)]})
+        """,
+        message="a Resource or ContainerResource metric names a resource metrics.k8s.io does not "
+        "serve (only cpu and memory; GPU allocation is not a utilisation metric)",
     ),
 )
 def hpa_resource_metrics_only_cpu_or_memory(snapshot: Snapshot) -> Iterator[Result]:

@@ -32,13 +32,17 @@ def is_node_agent(pod: Resource) -> bool:
 
 
 def tenants_by_node(snapshot: Snapshot) -> dict[str, list[Resource]]:
-    """Active, bound, non-agent Pods per node name."""
+    """Active, bound, non-agent Pods per node name (found once per snapshot: read-only)."""
+    return snapshot.derived("cost.tenants_by_node", _tenants_by_node)
+
+
+def _tenants_by_node(snapshot: Snapshot) -> dict[str, list[Resource]]:
     out: dict[str, list[Resource]] = defaultdict(list)
     for pod in snapshot.of("Pod"):
         node = pod.spec.get("nodeName")
         if isinstance(node, str) and node and pod_is_active(pod) and not is_node_agent(pod):
             out[node].append(pod)
-    return out
+    return dict(out)
 
 
 # Where a cloud node names its instance (spec.providerID) and the labels of node groups that an

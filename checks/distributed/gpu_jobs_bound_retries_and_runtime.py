@@ -15,6 +15,7 @@ from gpu_audit.api import (
     failed,
     passed,
     runs_on_spot,
+    templates_of,
 )
 from gpu_audit.checks.distributed._common import (
     KUBEFLOW_TYPES,
@@ -23,6 +24,7 @@ from gpu_audit.checks.distributed._common import (
     crash_looping,
     gpu_training_jobs,
     is_finished,
+    managing_owner,
     pod_requests_gpu,
     pods_of,
     restart_count,
@@ -38,6 +40,12 @@ _NEVER_RESTART = (
 # catalogue's CrashLoopBackOff escalation starts at 5 restarts; 3 failures already show a loop.
 _CHURN = 3
 _DEFAULT_BACKOFF_LIMIT = 6
+# A JobSet's replicated Jobs are batch/v1 Jobs (replicas x parallelism pods each), retried
+# backoffLimit times each, and the JobSet restarts failurePolicy.maxRestarts times (default 0:
+# the first failed Job fails the JobSet): its retries are bounded, its runtime only by the Job
+# templates' (or pods') activeDeadlineSeconds (jobset.sigs.k8s.io/docs/overview/, "Failure
+# Policy"; the JobSet API has no deadline of its own).
+JOBSET = "JobSet.jobset.x-k8s.io"
 
 
 @check(
@@ -45,7 +53,7 @@ _DEFAULT_BACKOFF_LIMIT = 6
     title="GPU training jobs bound their runtime and retries, and disruptions do not burn retries",
     category=Category.DISTRIBUTED,
     severity=Severity.LOW,
-    requires=(TRAINING_TYPES,),
+    requires=((*TRAINING_TYPES, JOBSET),),
     rationale="""
         A hung NCCL collective or a crash loop keeps every GPU of a job busy until someone
         notices: batch/v1 Jobs retry 6 times by default but have no deadline, and Kubeflow
@@ -54,9 +62,11 @@ _DEFAULT_BACKOFF_LIMIT = 6
         disruptions.
     """,
     detection="""
-        Jobs, CronJobs, PyTorchJobs, MPIJobs and Volcano Jobs with GPU pod templates: no
-        activeDeadlineSeconds on the Job (runPolicy for Kubeflow, or on every GPU pod template,
-        the only bound Volcano offers); Kubeflow jobs whose replicas restart (OnFailure,
+        Jobs, CronJobs, PyTorchJobs, MPIJobs, Volcano Jobs and JobSets with GPU pod templates:
+        no activeDeadlineSeconds on the Job (runPolicy for Kubeflow, or on every GPU pod
+        template, the only bound Volcano offers; for a JobSet, on each GPU replicated Job's
+        template or its pods, as JobSets have no deadline of their own and bound retries by
+        failurePolicy.maxRestarts); Kubeflow jobs whose replicas restart (OnFailure,
         Always, ExitCode) without runPolicy.backoffLimit; batch/v1 Jobs that can run on spot
         nodes without a podFailurePolicy rule ignoring DisruptionTarget. Each fails low, as
         hygiene, unless the input shows it biting (see Severity). Jobs whose controller is in
@@ -103,6 +113,14 @@ _DEFAULT_BACKOFF_LIMIT = 6
             - template:
                 spec:
                   activeDeadlineSeconds: 86400
+        ---
+        # JobSet, on the Job template of each GPU replicated job:
+        spec:
+          replicatedJobs:
+            - name: <replicated-job>
+              template:
+                spec:
+                  activeDeadlineSeconds: 86400
     """,
     references=(
         "https://kubernetes.io/docs/concepts/workloads/controllers/job/#job-termination-and-cleanup",
@@ -111,10 +129,11 @@ _DEFAULT_BACKOFF_LIMIT = 6
         "https://github.com/kelos-dev/kelos/issues/522",
         "https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-replacement-policy",
         "https://github.com/kubeflow/training-operator/blob/6523d8d2b7a27f1140a05971843cc4da7523694f/sdk/python/docs/V1RunPolicy.md",
+        "https://jobset.sigs.k8s.io/docs/overview/",
     ),
 )
 def gpu_jobs_bound_retries_and_runtime(snapshot: Snapshot) -> Iterator[Result]:
-    for job in gpu_training_jobs(snapshot):
+    for job in (*gpu_training_jobs(snapshot), *_gpu_jobsets(snapshot)):
         evidence = _evidence(snapshot, job)
         problems = list(_problems(job, evidence))
         if not problems:
@@ -181,7 +200,49 @@ def _churn_note(evidence: _Evidence) -> str:
     return f"; it has failed or restarted {evidence.failures} times and is still holding its GPUs"
 
 
+def _gpu_jobsets(snapshot: Snapshot) -> Iterator[TrainingJob]:
+    """JobSets with GPU pod templates, but those a controller in the input renders (the
+    JobSet of a TrainJob: its runtime writes the template)."""
+    for jobset in snapshot.of(JOBSET):
+        if managing_owner(snapshot, jobset) is not None:
+            continue
+        templates = tuple(t for t in templates_of(jobset) if t.requests_gpu)
+        if templates:
+            yield TrainingJob(jobset, templates)
+
+
+def _jobset_problems(job: TrainingJob, evidence: _Evidence) -> Iterator[Problem]:
+    replicated = [as_mapping(r) for r in as_list(job.resource.spec.get("replicatedJobs"))]
+    names = [str(r.get("name", "")) for r in replicated]
+    unbounded = []
+    for template in job.templates:
+        if template.replica_type not in names or template.spec.get("activeDeadlineSeconds"):
+            continue
+        index = names.index(template.replica_type)
+        job_spec = as_mapping(as_mapping(replicated[index].get("template")).get("spec"))
+        if job_spec.get("activeDeadlineSeconds") is None:
+            unbounded.append((index, template.replica_type))
+    if not unbounded:
+        return
+    churn = evidence.churning
+    index, name = unbounded[0]
+    shown = ", ".join(n for _, n in unbounded)
+    yield (
+        Severity.MEDIUM if churn else Severity.LOW,
+        f"no activeDeadlineSeconds on the Jobs of replicated job{'s' if len(unbounded) > 1 else ''} "
+        f"{shown}: a hung job holds its GPUs until someone notices"
+        + (_churn_note(evidence) if churn else ""),
+        f"spec.replicatedJobs[{index}].template.spec.activeDeadlineSeconds",
+        "# in each GPU replicated job (a merge patch replaces the whole list: edit the manifest)\n"
+        f"spec:\n  replicatedJobs:\n    - name: {name}\n      template:\n        spec:\n"
+        "          activeDeadlineSeconds: 86400",
+    )
+
+
 def _problems(job: TrainingJob, evidence: _Evidence) -> Iterator[Problem]:
+    if job.kind == JOBSET:
+        yield from _jobset_problems(job, evidence)
+        return
     if job.kind in KUBEFLOW_TYPES:
         yield from _kubeflow_problems(job, evidence)
         return

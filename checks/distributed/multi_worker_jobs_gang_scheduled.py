@@ -3,6 +3,8 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import yaml
+
 from gpu_audit.api import (
     KUBEFLOW_REPLICA_KEYS,
     VOLCANO_JOB,
@@ -20,6 +22,7 @@ from gpu_audit.api import (
     containers,
     count_field,
     failed,
+    is_gpu_resource,
     passed,
     relate,
     replica_groups,
@@ -42,7 +45,13 @@ from gpu_audit.checks.distributed._common import (
 
 TRAINJOB = "TrainJob.trainer.kubeflow.org"
 JOBSET = "JobSet.jobset.x-k8s.io"
-GANG_TYPES = (*KUBEFLOW_REPLICA_KEYS, VOLCANO_JOB, "Job", JOBSET, TRAINJOB)
+LEADER_WORKER_SET = "LeaderWorkerSet.leaderworkerset.x-k8s.io"
+GANG_TYPES = (*KUBEFLOW_REPLICA_KEYS, VOLCANO_JOB, "Job", JOBSET, TRAINJOB, LEADER_WORKER_SET)
+# The LWS controller's configuration (lws-manager-config, key controller_manager_config.yaml):
+# gangSchedulingManagement.schedulerProvider makes it create one PodGroup per group
+# (kubernetes-sigs/lws docs/examples/sample/gang-scheduling/README.md, KEP-407).
+LWS_CONFIG_KEY = "controller_manager_config.yaml"
+LWS_CONFIG_API = "config.lws.x-k8s.io/"
 
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 LOCAL_QUEUE = "LocalQueue.kueue.x-k8s.io"
@@ -143,14 +152,18 @@ class Judged:
     detection="""
         PyTorchJobs, TFJobs, MPIJobs, Volcano Jobs, TrainJobs, JobSets and Indexed batch Jobs
         whose pods talk to each other (MASTER_ADDR, rdzv, --nnodes or a subdomain), with two or
-        more pods and at least one GPU pod. A job is gang-scheduled when it carries a Kueue
+        more pods and at least one GPU pod; LeaderWorkerSets whose groups (a leader and size-1
+        workers serving one model) hold GPUs, each group judged as one gang. A job is gang-scheduled when it carries a Kueue
         queue-name label (its LocalQueue must exist when LocalQueues are in the input); when it
         is a Volcano Job (minAvailable defaults to every pod); when the training-operator (or,
         for MPIJob v2beta1, the mpi-operator) runs with --gang-scheduler-name
         (--gang-scheduling), or, if the operator Deployment is not in the input, when
         runPolicy.schedulingPolicy is set; when its pod templates name a Coscheduling or
         Volcano PodGroup, or a native Workload (spec.workloadRef) or PodGroup
-        (spec.schedulingGroup); or, for a TrainJob, when its runtime sets podGroupPolicy. Fails
+        (spec.schedulingGroup); for a TrainJob, when its runtime sets podGroupPolicy; for a
+        LeaderWorkerSet, when its pods use schedulerName volcano and the LWS controller
+        creates a PodGroup per group (its configuration, when in the input, sets
+        gangSchedulingManagement.schedulerProvider: volcano). Fails
         when it is not (a schedulingPolicy the operator ignores counts as none); when a named
         group object is missing; when the group minimum is above the pod count (never
         complete), below the GPU pods of a fixed-size job or below the elastic minimum of an
@@ -202,6 +215,11 @@ class Judged:
             coscheduling:
               scheduleTimeoutSeconds: 600
         ---
+        # LeaderWorkerSet: the LWS controller's configuration (lws-manager-config), with Volcano,
+        # and the group's pods with schedulerName: volcano:
+        gangSchedulingManagement:
+          schedulerProvider: volcano
+        ---
         # indexed batch Job whose pods talk to each other: a Coscheduling PodGroup, and the pod
         # template labelled scheduling.x-k8s.io/pod-group: <name>
         apiVersion: scheduling.x-k8s.io/v1alpha1
@@ -244,6 +262,8 @@ class Judged:
         "https://github.com/kubeflow/training-operator/blob/1417bbc35b6e7840b3ecab1cec17dbf553ad9e85/pkg/controller.v1/pytorch/elastic.go",
         "https://github.com/kubeflow/trainer/issues/1571",
         "https://github.com/kubernetes-sigs/jobset/blob/main/pkg/webhooks/jobset_webhook.go",
+        "https://github.com/kubernetes-sigs/lws/blob/main/keps/407-gang-scheduling/README.md",
+        "https://github.com/kubernetes-sigs/lws/blob/main/docs/examples/sample/gang-scheduling/README.md",
     ),
 )
 def multi_worker_jobs_gang_scheduled(snapshot: Snapshot) -> Iterator[Result]:
@@ -264,6 +284,11 @@ def _judge_all(snapshot: Snapshot) -> Iterator[Judged]:
             continue  # a launcher Job of an MPIJob, a Job of a CronJob or JobSet: not judged alone
         if job.ref.kind == TRAINJOB:
             found = _judge_trainjob(snapshot, job)
+            if found is not None:
+                yield found
+            continue
+        if job.ref.kind == LEADER_WORKER_SET:
+            found = _judge_leader_worker_set(snapshot, job)
             if found is not None:
                 yield found
             continue
@@ -785,20 +810,79 @@ def _judge_trainjob(snapshot: Snapshot, job: Resource) -> Judged | None:
     )
 
 
+def _judge_leader_worker_set(snapshot: Snapshot, lws: Resource) -> Judged | None:
+    """Each replica of a LeaderWorkerSet is a group of `size` pods (a leader and size-1
+    workers) that serve one model together: placed pod by pod, groups get their leaders
+    Running and their workers Pending, none serving (kubernetes-sigs/lws KEP-407, issue #167).
+    The gang is one group; the GPUs at stake are every group's."""
+    group = as_mapping(lws.spec.get("leaderWorkerTemplate"))
+    size = count_field(group.get("size"), 1)
+    replicas = count_field(lws.spec.get("replicas"), 1)
+    templates = {t.replica_type: t for t in templates_of(lws)}
+    worker = templates.get("worker")
+    if size < 2 or worker is None:
+        return None
+    leader = templates.get("leader", worker)
+    groups = (ReplicaGroup("leader", 1, leader), ReplicaGroup("worker", size - 1, worker))
+    gpus = gpu_pods(groups)
+    if gpus == 0:
+        return None
+    gang = _gang(snapshot, lws, groups, size) or _lws_controller_gang(snapshot, groups)
+    return Judged(
+        lws,
+        gang,
+        size,
+        gpus,
+        replicas * job_gpus(groups),
+        None,
+        _placement(snapshot, lws),
+        _queue_for(snapshot, lws),
+    )
+
+
+def _lws_controller_gang(snapshot: Snapshot, groups: tuple[ReplicaGroup, ...]) -> Gang | None:
+    """The LWS controller's own PodGroups: Volcano (its one provider) gang-schedules a group
+    when the controller creates the group's PodGroup (gangSchedulingManagement.schedulerProvider
+    in its configuration) and the pods are handed to Volcano (schedulerName: volcano, "Need to
+    set the scheduler name to Volcano", docs/examples/sample/gang-scheduling/
+    lws-sample-volcano.yaml). Without the configuration in the input, the pods' scheduler says
+    it was meant."""
+    if not all(g.template.spec.get("schedulerName") == "volcano" for g in groups):
+        return None
+    for config_map in snapshot.of("ConfigMap"):
+        text = str(as_mapping(config_map.raw.get("data")).get(LWS_CONFIG_KEY) or "")
+        if LWS_CONFIG_API in text:
+            if _lws_scheduler_provider(text) == "volcano":
+                return Gang("the LWS controller's Volcano PodGroup per group")
+            return None
+    return Gang(
+        "the LWS controller's Volcano PodGroup per group (schedulerName volcano; the "
+        "controller's configuration is not in the input)"
+    )
+
+
+def _lws_scheduler_provider(text: str) -> str:
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return ""
+    management = as_mapping(as_mapping(config).get("gangSchedulingManagement"))
+    return str(management.get("schedulerProvider") or "")
+
+
 def _trainjob_node_gpus(trainer: object) -> int:
     resources = as_mapping(as_mapping(trainer).get("resourcesPerNode"))
     wanted = {**as_mapping(resources.get("limits")), **as_mapping(resources.get("requests"))}
     return sum(
-        int(str(v)) if str(v).isdigit() else 0
-        for k, v in wanted.items()
-        if str(k).startswith(("nvidia.com/", "amd.com/gpu"))
+        int(str(v)) if str(v).isdigit() else 0 for k, v in wanted.items() if is_gpu_resource(str(k))
     )
 
 
 def _trainjob_gpus(trainer: object) -> bool:
     resources = as_mapping(as_mapping(trainer).get("resourcesPerNode"))
     names = set(as_mapping(resources.get("limits"))) | set(as_mapping(resources.get("requests")))
-    return any(str(n).startswith(("nvidia.com/", "amd.com/gpu")) for n in names)
+    # Container GPUs only, as every other job's (nvidia.com/pgpu goes to a VM, nvswitch is none).
+    return any(is_gpu_resource(str(n)) for n in names)
 
 
 def _runtime_gpus(runtime: Resource) -> bool:
@@ -835,6 +919,13 @@ def _gang_snippet(job: Resource, total: int, queue: str) -> str:
         return (
             "# in the referenced (Cluster)TrainingRuntime:\n"
             "spec:\n  podGroupPolicy:\n    coscheduling:\n      scheduleTimeoutSeconds: 600"
+        )
+    if kind == LEADER_WORKER_SET:
+        return (
+            "# the LWS controller's configuration (ConfigMap lws-manager-config, key\n"
+            "# controller_manager_config.yaml), with Volcano installed:\n"
+            "gangSchedulingManagement:\n  schedulerProvider: volcano\n"
+            f"# and the group's pods handed to it: schedulerName: volcano\n---\n{kueue}"
         )
     return (
         "# a Coscheduling PodGroup, and label the pod template with\n"

@@ -71,7 +71,8 @@ _VISIBLE_DEVICES_FROM_PLUGIN = """\
         volumes of /, /dev or under /dev/nvidia*, /dev/dri, /dev/infiniband, /dev/kfd,
         /dev/vfio; privileged containers that request GPUs or that can run on a GPU node
         without requesting one (when Nodes are in the input, only if the pod's selectors and
-        tolerations admit a GPU node; never for kube-system agents); a literal
+        tolerations admit a GPU node; never for kube-system agents, nor for TPU pods, which
+        select cloud.google.com/gke-tpu-accelerator or ask for google.com/tpu); a literal
         NVIDIA_VISIBLE_DEVICES other than void/none in a container without a GPU request. Not
         flagged: /dev/shm as an emptyDir, other hostPaths, NVIDIA_VISIBLE_DEVICES coming from
         valueFrom.
@@ -131,6 +132,7 @@ _VISIBLE_DEVICES_FROM_PLUGIN = """\
         "https://github.com/NVIDIA/k8s-device-plugin#readme",
         "https://github.com/GoogleCloudPlatform/container-engine-accelerators/blob/master/cmd/nvidia_gpu/device-plugin.yaml",
         "https://kubernetes.io/docs/tasks/manage-kubernetes-objects/update-api-object-kubectl-patch/",
+        "https://cloud.google.com/kubernetes-engine/docs/how-to/tpus-autopilot",
     ),
     remediation_root="pod_spec",
 )
@@ -265,11 +267,26 @@ def _container_fragment(container: Container, fields: str) -> str:
     return f"{_section(container)}:\n  - name: {json.dumps(container.name)}\n{fields}"
 
 
+# GKE runs TPU work on TPU slice nodes: the pod selects the TPU version by the node label
+# cloud.google.com/gke-tpu-accelerator and asks for google.com/tpu chips
+# (https://cloud.google.com/kubernetes-engine/docs/how-to/tpus-autopilot). A TPU node has no GPU,
+# so a privileged TPU container (JobSet's site/static/examples/tpu-multislice/
+# v6e-jax-workload.yaml) sees none.
+_TPU_NODE_LABEL = "cloud.google.com/gke-tpu-accelerator"
+_TPU_RESOURCE = "google.com/tpu"
+
+
+def _runs_on_tpu_nodes(template: PodTemplate) -> bool:
+    return _TPU_NODE_LABEL in as_mapping(template.spec.get("nodeSelector")) or any(
+        _TPU_RESOURCE in c.limits or _TPU_RESOURCE in c.requests for c in template.containers()
+    )
+
+
 def _may_land_on_gpu_node(
     template: PodTemplate, gpu_node_list: tuple[Resource, ...] | None
 ) -> bool:
     # Node agents in kube-system (CNI, CSI, kube-proxy) are privileged by design.
-    if template.owner.ref.namespace == "kube-system":
+    if template.owner.ref.namespace == "kube-system" or _runs_on_tpu_nodes(template):
         return False
     if gpu_node_list is None:
         return True  # no Nodes in the input: any node may be a GPU node

@@ -24,12 +24,30 @@ from gpu_audit.api import (
 )
 
 # Pods that use the Kubernetes API by design: KubeRay heads/workers (autoscaler), Spark
-# drivers, MPI launchers (kubectl exec into workers), notebook servers.
-_API_USER_LABELS = ("ray.io/node-type", "spark-role")
+# drivers, MPI launchers (kubectl exec into workers), notebook servers. Kubeflow's notebook
+# controller labels every notebook pod notebook-name=<Notebook> (generateStatefulSet in
+# kubeflow/notebooks components/notebook-controller/controllers/notebook_controller.go), and
+# the Jupyter web app runs notebooks as the profile's default-editor account
+# (crud-web-apps/jupyter/backend/apps/default/routes/post.py) so that users drive Kubeflow
+# (pipelines, kubectl) from them.
+_API_USER_LABELS = ("ray.io/node-type", "spark-role", "notebook-name")
 _API_USER_VALUES = {
     "training.kubeflow.org/replica-type": "launcher",
     "app.kubernetes.io/component": "jupyter",
 }
+_API_USER_KINDS = frozenset({"Notebook"})
+# Pods whose ServiceAccount an operator creates and reconciles, with no field in the custom
+# resource to opt out: NVIDIA's NIM operator runs each NIMService as ServiceAccount <name>,
+# bound by a Role <name> only to `use` an OpenShift SecurityContextConstraints
+# (api/apps/v1alpha1/nimservice_types.go GetServiceAccountName, GetRoleParams), and resets the
+# account's automountServiceAccountToken on every reconcile (internal/utils/utils.go
+# updateServiceAccount); the NIMService CRD has neither serviceAccountName nor
+# automountServiceAccountToken. Its pods carry app.kubernetes.io/managed-by=k8s-nim-operator
+# (GetStandardLabels).
+_OPERATOR_ACCOUNT_KINDS = frozenset({"NIMService"})
+_OPERATOR_ACCOUNT_LABELS = {"app.kubernetes.io/managed-by": "k8s-nim-operator"}
+_SERVICE_ACCOUNT = "ServiceAccount"
+_RBAC_TYPES = ("RoleBinding", "ClusterRoleBinding", "Role", "ClusterRole")
 _RISKY_VERBS = {"get", "list", "watch", "*"}
 
 
@@ -38,7 +56,9 @@ _RISKY_VERBS = {"get", "list", "watch", "*"}
     title="GPU and inference pods that do not call the Kubernetes API do not mount a token",
     category=Category.NETWORK_SECURITY,
     severity=Severity.LOW,
-    requires=(WORKLOAD_TYPES,),
+    # ServiceAccounts decide the default (without them the check is not assessed); the RBAC
+    # objects only raise the severity, so any of them or the ServiceAccounts is enough.
+    requires=(WORKLOAD_TYPES, (_SERVICE_ACCOUNT,), (_SERVICE_ACCOUNT, *_RBAC_TYPES)),
     rationale="""
         Model servers parse untrusted input (prompts, uploaded media, pickled or .mar models);
         an automounted ServiceAccount token turns any code execution in them into a foothold
@@ -48,9 +68,12 @@ _RISKY_VERBS = {"get", "list", "watch", "*"}
     """,
     detection="""
         GPU pod templates and model-server templates (SRV-CLASSIFY), except the GPU/network
-        stack and pods that use the API by design (KubeRay, Spark, MPI launchers, notebooks,
-        Knative revisions): the effective automountServiceAccountToken (the pod's field, else
-        its ServiceAccount's when that is in the input, else true).
+        stack, pods that use the API by design (KubeRay, Spark, MPI launchers, Kubeflow
+        Notebooks and pods labelled notebook-name, Knative revisions) and pods whose account
+        an operator creates and reconciles with no opt-out in the custom resource (NIMService):
+        the effective automountServiceAccountToken, the pod's field, else its
+        ServiceAccount's. Not assessed without ServiceAccounts in the input; a pod that sets
+        no field and whose ServiceAccount is not in the input is not judged.
     """,
     severity_evidence="""
         Low: a mounted token is a foothold only if the account can do something. Medium when
@@ -72,22 +95,32 @@ _RISKY_VERBS = {"get", "list", "watch", "*"}
     references=(
         "https://kubernetes.io/docs/tasks/configure-pod-container/configure-service-account/#opt-out-of-api-credential-automounting",
         "https://github.com/NVIDIA/dcgm-exporter/blob/main/deployment/examples/dcgm-exporter.yaml",
+        "https://github.com/kubeflow/notebooks/blob/notebooks-v1/components/notebook-controller/controllers/notebook_controller.go",
+        "https://github.com/NVIDIA/k8s-nim-operator/blob/main/api/apps/v1alpha1/nimservice_types.go",
     ),
 )
 def gpu_pods_do_not_automount_api_tokens(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):
-        if is_stack_pod_in_system_namespace(template) or _uses_api(template):
+        if (
+            is_stack_pod_in_system_namespace(template)
+            or _uses_api(template)
+            or _operator_account(template)
+        ):
             continue
         serving = KSERVE_ISVC_LABEL in template.labels or any(
             classify(c) for c in template.containers()
         )
         if not serving and not template.requests_gpu:
             continue
-        yield _evaluate(snapshot, template)
+        result = _evaluate(snapshot, template)
+        if result is not None:
+            yield result
 
 
 def _uses_api(template: PodTemplate) -> bool:
     labels = template.labels
+    if template.owner.ref.kind_name in _API_USER_KINDS:
+        return True
     if any(key in labels for key in _API_USER_LABELS):
         return True
     if any(key.startswith("serving.knative.dev/") for key in labels):
@@ -97,11 +130,23 @@ def _uses_api(template: PodTemplate) -> bool:
     return any(labels.get(k, "").lower() == v for k, v in _API_USER_VALUES.items())
 
 
-def _evaluate(snapshot: Snapshot, template: PodTemplate) -> Result:
+def _operator_account(template: PodTemplate) -> bool:
+    if template.owner.ref.kind_name in _OPERATOR_ACCOUNT_KINDS:
+        return True
+    labels = template.labels
+    return any(labels.get(k) == v for k, v in _OPERATOR_ACCOUNT_LABELS.items())
+
+
+def _evaluate(snapshot: Snapshot, template: PodTemplate) -> Result | None:
+    """The verdict, or None when the input cannot tell: the pod leaves it to a ServiceAccount
+    that is not in the input."""
     namespace = template.owner.ref.namespace
     name = str(template.spec.get("serviceAccountName") or "default")
-    account = snapshot.get("ServiceAccount", namespace, name)
-    mounted, source = _effective_automount(template.spec, account)
+    account = snapshot.get(_SERVICE_ACCOUNT, namespace, name)
+    decided = _effective_automount(template.spec, account)
+    if decided is None:
+        return None
+    mounted, source = decided
     path = f"{template.path}.automountServiceAccountToken"
     if not mounted:
         return passed(template, f"does not mount the token of ServiceAccount {name} ({source})")
@@ -118,15 +163,17 @@ def _evaluate(snapshot: Snapshot, template: PodTemplate) -> Result:
     )
 
 
-def _effective_automount(spec: Mapping[str, Any], account: Resource | None) -> tuple[bool, str]:
+def _effective_automount(
+    spec: Mapping[str, Any], account: Resource | None
+) -> tuple[bool, str] | None:
     if isinstance(spec.get("automountServiceAccountToken"), bool):
         value = bool(spec["automountServiceAccountToken"])
         return value, f"pod sets automountServiceAccountToken: {str(value).lower()}"
-    if account is not None and isinstance(account.raw.get("automountServiceAccountToken"), bool):
+    if account is None:
+        return None
+    if isinstance(account.raw.get("automountServiceAccountToken"), bool):
         value = bool(account.raw["automountServiceAccountToken"])
         return value, f"ServiceAccount sets automountServiceAccountToken: {str(value).lower()}"
-    if account is None:
-        return True, "ServiceAccount not in the input; Kubernetes mounts the token by default"
     return True, "neither the pod nor the ServiceAccount opts out"
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from gpu_audit.api import (
     KSERVE_ISVC_LABEL,
+    AdmissionRule,
     Category,
     FixKind,
     PodTemplate,
@@ -76,6 +77,40 @@ _DIRECTIONS = (("ingress", "from"), ("egress", "to"))
     references=(
         "https://kubernetes.io/docs/concepts/services-networking/network-policies/#behavior-of-to-and-from-selectors",
         "https://kubernetes.io/docs/tasks/manage-kubernetes-objects/update-api-object-kubectl-patch/",
+    ),
+    admission=AdmissionRule(
+        scope="object",
+        kinds=("NetworkPolicy",),
+        where=f"object.metadata.?annotations.orValue({{}})[?'{WAIVER}'].orValue('').lowerAscii()"
+        " != 'or'",
+        valid=" && ".join(
+            f"""
+            object.spec.?{direction}.orValue([]).all(rule, [rule.?{key}.orValue([])].all(peers,
+              !peers.exists(np, has(np.namespaceSelector) && !has(np.podSelector)
+                && (size(np.namespaceSelector.?matchLabels.orValue({{}})) > 0
+                    || size(np.namespaceSelector.?matchExpressions.orValue([])) > 0)
+                && peers.exists(pp, has(pp.podSelector) && !has(pp.namespaceSelector)
+                  && !(size(pp.podSelector.?matchLabels.orValue({{}})) == 0
+                       && size(pp.podSelector.?matchExpressions.orValue([])) == 0
+                       && np.namespaceSelector.?matchLabels.orValue({{}}).all(k,
+                            k == 'kubernetes.io/metadata.name'
+                            && np.namespaceSelector.matchLabels[k] == request.namespace)
+                       && np.namespaceSelector.?matchExpressions.orValue([]).all(e,
+                            e.operator == 'In'
+                              ? e.key == 'kubernetes.io/metadata.name'
+                                && request.namespace in e.?values.orValue([])
+                            : e.operator == 'NotIn'
+                              ? e.key != 'kubernetes.io/metadata.name'
+                                || !(request.namespace in e.?values.orValue([]))
+                            : e.operator == 'Exists' ? e.key == 'kubernetes.io/metadata.name'
+                            : e.operator == 'DoesNotExist'
+                              && e.key != 'kubernetes.io/metadata.name'))))))
+            """
+            for direction, key in _DIRECTIONS
+        ),
+        message="a peer list has a namespaceSelector and a podSelector as separate peers, which "
+        "are ORed: it allows every pod of those namespaces, not those pods in them",
+        note="medium when the policy guards a model server or GPU pod in the input, else low",
     ),
 )
 def network_policy_peers_combine_selectors_as_intended(snapshot: Snapshot) -> Iterator[Result]:

@@ -4,6 +4,7 @@ import re
 from collections.abc import Iterator
 
 from gpu_audit.api import (
+    REDACTED,
     WORKLOAD_TYPES,
     Category,
     Container,
@@ -19,6 +20,7 @@ from gpu_audit.api import (
     is_placeholder,
     passed,
     pod_templates,
+    redact_text,
     str_map,
 )
 
@@ -33,6 +35,93 @@ _TEMPLATE_PLACEHOLDER = re.compile(
     r"(REPLACE|INSERT|YOUR)[-_ A-Z]*)$",
     re.IGNORECASE,
 )
+
+
+# The loader hands checks their input redacted (scanner/redact.py): a credential, and whatever
+# might be one, is replaced by REDACTED. The redaction errs towards hiding (what leaves the
+# scanner must hold no credential); this check must report only real ones, so in a text (a
+# ConfigMap file, an env value) it judges each REDACTED by what surrounds it. Raw input (tests,
+# plugins) is redacted the same way first, so that both give the same verdict.
+#
+# A key FILE option: openssl's -key, -CAkey, -inkey, -signkey ("-key filename|uri",
+# https://docs.openssl.org/master/man1/openssl-req/), curl's --key and --proxy-key ("Private key
+# file name", https://curl.se/docs/manpage.html#--key), kubectl's --client-key, and --tls-key,
+# --ssl-key of servers. `openssl req -new -key /etc/ray/tls/tls.key` in KubeRay's
+# ray-cluster.tls.yaml generates a certificate and holds no credential. Only `openssl ca` takes a
+# password after -key (https://docs.openssl.org/master/man1/openssl-ca/).
+_FLAG_BEFORE = re.compile(r"(?:^|[\s\"'\[,(])(?P<flag>--?[A-Za-z][\w.-]*)(?:=|[ \t]+)[\"']?$")
+_KEY_FILE_FLAG = re.compile(r"--?(?:CA|in|sign)?key|--(?:client|proxy|tls|ssl)-key", re.IGNORECASE)
+_OPENSSL_CA = re.compile(r"\bopenssl[ \t]+ca\b")
+# `name = <value>`, `name: <value>`, `"name": <value>`, `name=<value>` (keyword arguments).
+_NAME_BEFORE = re.compile(r"[A-Za-z_][\w.\[\]\"']*[ \t]*(?::=|==|[:=])[ \t]*$")
+_FORMATTED = re.compile(r"[ \t]*(?:\.format\(|%[ \t])")
+# Program source: a literal there is always quoted, so an unquoted value after a name is an
+# expression (`token = os.environ.get("HF_TOKEN")`, `def login(password: str)`), not a
+# credential. Shell: `TOKEN=$(cat /run/secrets/t)` runs a command, its output is no literal.
+_CODE_SUFFIXES = (".py", ".js", ".mjs", ".ts", ".go", ".rb", ".java", ".scala", ".lua", ".r")
+_SHELL_SUFFIXES = (".sh", ".bash")
+_SHEBANG = re.compile(r"#![^\n]*?\b(?P<interpreter>python|node|ruby|sh|bash)\d*\b")
+
+
+def _language(key: str, text: str) -> str:
+    """What a ConfigMap file holds, from its key's suffix or its #! line: code, shell or
+    config (YAML, INI, .env, JSON, plain values)."""
+    lowered = key.lower()
+    if lowered.endswith(_CODE_SUFFIXES):
+        return "code"
+    if lowered.endswith(_SHELL_SUFFIXES):
+        return "shell"
+    shebang = _SHEBANG.match(text)
+    if shebang:
+        return "shell" if shebang["interpreter"] in ("sh", "bash") else "code"
+    return "config"
+
+
+def _credential_name(name: str) -> bool:
+    """Whether a name alone says that its value is a credential (HF_TOKEN, apiKey)."""
+    return credential_like(name, "literal")
+
+
+def _literal_credential(before: str, after: str, language: str) -> bool:
+    """Whether the REDACTED between `before` and `after` (the rest of its line) stood for a
+    literal credential rather than a look-alike."""
+    flag = _FLAG_BEFORE.search(before)
+    if flag and _KEY_FILE_FLAG.fullmatch(flag["flag"]) and not _OPENSSL_CA.search(before):
+        return False  # a key file: -key /etc/ray/tls/tls.key
+    quote = before[-1:]
+    if quote in ("'", '"') and after.startswith(quote):
+        # A string literal ("hf_...", PASSWORD 'secret', "Bearer ..."), unless code formats
+        # it: "Bearer {}".format(id_token) in KServe's docs/samples/gcp-iap.
+        return not (language == "code" and _FORMATTED.match(after, 1))
+    if language == "code" and _NAME_BEFORE.search(before):
+        return False  # name = expression
+    # NAME=$(command ...): the rest of the command follows, its output is no literal.
+    return not (language == "shell" and after.count(")") > after.count("(") + before.count("$("))
+
+
+def _literal_in_text(key: str, value: str) -> bool:
+    """Whether a ConfigMap file or an env value holds a literal credential in its text."""
+    text = redact_text(value, prose=False)
+    language = _language(key, text)
+    for line in text.splitlines():
+        at = line.find(REDACTED)
+        while at >= 0:
+            end = at + len(REDACTED)
+            if _literal_credential(line[:at], line[end:], language):
+                return True
+            at = line.find(REDACTED, end)
+    return False
+
+
+def _credential_value(name: str, value: str) -> bool:
+    """Whether a literal value, under this name, holds a credential: any literal under a
+    credential name (the loader redacts it whole), else a credential in its text."""
+    value = value.strip()
+    if not value or is_placeholder(value):
+        return False
+    if _credential_name(name):
+        return True
+    return _literal_in_text(name, value)
 
 
 @check(
@@ -55,8 +144,13 @@ _TEMPLATE_PLACEHOLDER = re.compile(
         known token shape (hf_, sk-, AKIA, nvapi-, ghp_, PEM private key); --api-key/--token/
         --hf-token/--password flags with an inline value; decryption/model keys injected
         through secretKeyRef. ConfigMap data keys judged the same way. Booleans, numbers,
-        empty values and $(VAR) references to other env vars are not credentials. Only names
-        are reported, never values.
+        empty values and $(VAR) references to other env vars are not credentials. In a text
+        (a ConfigMap file, an env value) each value the loader redacted is judged by what
+        surrounds it: not a credential after a key FILE option (openssl -key/-CAkey, curl
+        --key, kubectl --client-key), nor unquoted after a name in program source (.py, .js,
+        .go...: an expression or a type annotation), nor a formatted string ("Bearer
+        {}".format(t)), nor a shell variable set from a command ($(cat ...)). Only names are
+        reported, never values.
     """,
     severity_evidence="""
         High for a literal value that is a credential: a known token shape (hf_, sk-, AKIA,
@@ -114,7 +208,7 @@ def no_literal_credentials_in_pod_specs(snapshot: Snapshot) -> Iterator[Result]:
             yield passed(template, "env and arguments carry no literal credentials")
     for config_map in snapshot.of("ConfigMap"):
         data = str_map(config_map.raw.get("data"))
-        keys = sorted(k for k, v in data.items() if credential_like(k, v))
+        keys = sorted(k for k, v in data.items() if _credential_value(k, v))
         if keys:
             for key in keys:
                 placeholder = bool(_TEMPLATE_PLACEHOLDER.match(data[key].strip()))
@@ -122,7 +216,7 @@ def no_literal_credentials_in_pod_specs(snapshot: Snapshot) -> Iterator[Result]:
                     config_map,
                     f"data key {key!r} holds a template placeholder for a credential"
                     if placeholder
-                    else f"data key {key!r} holds a credential-like literal value",
+                    else f"data key {key!r} holds a literal credential (value not shown)",
                     path=f"data.{key}",
                     severity=Severity.LOW if placeholder else None,
                     fix=_config_map_fix(config_map.ref.namespace, config_map.ref.name, key),
@@ -135,10 +229,10 @@ def _container_findings(container: Container) -> Iterator[Result]:
     where = container.describe()
     for name, entry in container.env().items():
         value = entry.get("value")
-        if isinstance(value, str) and credential_like(name, value):
+        if isinstance(value, str) and _credential_value(name, value):
             if _TEMPLATE_PLACEHOLDER.match(value.strip()):
                 message = (
-                    f"env {name} is a template placeholder for a credential: filled in as "
+                    f"env {name} is a template placeholder for a credential; filled in as "
                     "documented, the token is stored in the workload spec"
                 )
                 severity: Severity | None = Severity.LOW

@@ -5,6 +5,7 @@ from typing import Any
 
 from gpu_audit.api import (
     WORKLOAD_TYPES,
+    AdmissionRule,
     Category,
     FixKind,
     ObjRef,
@@ -81,6 +82,19 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
         "https://kubernetes.io/docs/concepts/policy/resource-quotas/#resource-quota-for-extended-resources",
         "https://github.com/kubernetes/kubernetes/blob/master/pkg/quota/v1/evaluator/core/pods.go",
         "https://kueue.sigs.k8s.io/docs/concepts/cluster_queue/",
+    ),
+    admission=AdmissionRule(
+        scope="object",
+        kinds=("ResourceQuota",),
+        where=f"!(request.namespace in {sorted(SYSTEM_NAMESPACES)})",
+        valid="""
+            object.spec.?hard.orValue({}).all(k,
+                [k.startsWith('limits.') ? k.substring(7) : k].all(r,
+                    !@gpu_resource(r) || ('requests.' + r) in object.spec.hard))
+        """,
+        message="caps a GPU resource as limits.<gpu> or <gpu> without requests.<gpu>: the quota "
+        "evaluator ignores that key for extended resources and caps nothing",
+        note="the quota itself; namespaces without any GPU quota are left to scans",
     ),
 )
 def gpu_namespaces_have_gpu_request_quota(snapshot: Snapshot) -> Iterator[Result]:

@@ -40,8 +40,9 @@ from gpu_audit.api import (
     """,
     detection="""
         Jobs, CronJobs (the label on spec.jobTemplate), JobSets, LeaderWorkerSets,
-        PyTorchJobs, MPIJobs, TFJobs, TrainJobs, Deployments, StatefulSets and Pods (plain, or
-        of a ReplicaSet or StatefulSet not in the input) whose kueue.x-k8s.io/queue-name label
+        PyTorchJobs, MPIJobs, TFJobs, TrainJobs, RayJobs, RayClusters, RayServices,
+        AppWrappers (GPUs of the objects they wrap), Deployments, StatefulSets and Pods (plain,
+        or of a ReplicaSet or StatefulSet not in the input) whose kueue.x-k8s.io/queue-name label
         names no LocalQueue of their namespace, when the input holds Kueue objects
         (LocalQueues or ClusterQueues: Kueue is installed). Objects owned by a controller in
         the input are judged through it. When Kueue's manager configuration
@@ -75,6 +76,8 @@ from gpu_audit.api import (
         "https://kueue.sigs.k8s.io/docs/tasks/troubleshooting/troubleshooting_jobs/#misconfigured-localqueues-or-clusterqueues",
         "https://kueue.sigs.k8s.io/docs/concepts/local_queue/",
         "https://kueue.sigs.k8s.io/docs/tasks/run/jobs/",
+        "https://kueue.sigs.k8s.io/docs/tasks/run/rayjobs/",
+        "https://kueue.sigs.k8s.io/docs/tasks/run/appwrappers/",
         "https://github.com/kubernetes-sigs/kueue/blob/ff69552e79ad21652c36caa97038382e55625cf7/pkg/controller/core/workload_controller.go",
         "https://github.com/kubernetes-sigs/kueue/blob/ff69552e79ad21652c36caa97038382e55625cf7/config/components/manager/controller_manager_config.yaml",
     ),

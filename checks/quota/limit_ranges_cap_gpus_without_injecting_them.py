@@ -3,6 +3,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpu_audit.api import (
+    AdmissionRule,
     Category,
     FixKind,
     QuantityError,
@@ -78,6 +79,24 @@ LIMIT_RANGER_ANNOTATION = "kubernetes.io/limit-ranger"
         "https://github.com/kubernetes/kubernetes/blob/master/pkg/apis/core/v1/defaults.go",
         "https://github.com/canonical/bundle-kubeflow/issues/599",
         "https://kubernetes.io/docs/concepts/policy/limit-range/",
+    ),
+    admission=AdmissionRule(
+        scope="object",
+        kinds=("LimitRange",),
+        valid=f"""
+            object.spec.?limits.orValue([]).all(item, item.?type.orValue('') != 'Container'
+              || {list(_SECTIONS)}.all(s, item[?s].orValue({{}}).all(r, !@gpu_resource(r)
+                || [item[?'default'].orValue({{}})[?r].orValue(
+                        item[?'max'].orValue({{}})[?r].orValue(''))].all(d,
+                   [item[?'defaultRequest'].orValue({{}})[?r].orValue(
+                        d != '' ? d : item[?'min'].orValue({{}})[?r].orValue(''))].all(q,
+                     !(d != '' && q != '' && quantity(d).compareTo(quantity(q)) != 0)
+                     && !(d != '' && quantity(d).isGreaterThan(quantity('0')))
+                     && !(d == '' && q != '' && quantity(q).isGreaterThan(quantity('0'))))))))
+        """,
+        message="a Container limit defaults a GPU resource to more than 0, or defaults its "
+        "request without a limit: every container that does not name it gets GPUs or is "
+        "rejected",
     ),
 )
 def limit_ranges_cap_gpus_without_injecting_them(snapshot: Snapshot) -> Iterator[Result]:

@@ -21,6 +21,7 @@ from gpu_audit.api import (
     event_regarding,
     event_time,
     failed,
+    gets_gpus_through_dra,
     passed,
     relate,
     templates_of,
@@ -41,8 +42,20 @@ _MESSAGE_CHARS = 300
 # Scheduler message fragments that name a shortage of free capacity (the node could hold the
 # pod once other pods leave) rather than a rule that keeps the pod off the node.
 _CAPACITY = ("insufficient ", "too many pods")
-# Scheduler message fragment -> what it means, and the check that looks at the cause.
+# Scheduler message fragment -> what it means, and the check that looks at the cause. The DRA
+# ones are the scheduler's DynamicResources plugin's (pkg/scheduler/framework/plugins/
+# dynamicresources/dynamicresources.go: "cannot allocate all claims", "resourceclaim not
+# available on the node", `resourceclaim "<name>" not found`).
 _CAUSES = (
+    (
+        "cannot allocate all claims",
+        "no eligible node has free devices for its ResourceClaims (DRA; whether any published "
+        "device matches them: GPU-SCHED-009)",
+    ),
+    (
+        "resourceclaim",
+        "a ResourceClaim it names is missing or not available on the node (DRA: GPU-SCHED-008)",
+    ),
     ("insufficient nvidia.com/", "not enough free GPUs on any eligible node (GPU-SCHED-006)"),
     ("insufficient amd.com/gpu", "not enough free GPUs on any eligible node (GPU-SCHED-006)"),
     ("untolerated taint", "a taint the pod does not tolerate (GPU-SCHED-001)"),
@@ -79,7 +92,8 @@ class _Event:
         without gang scheduling.
     """,
     detection="""
-        Live (Pods with status): GPU Pods in phase Pending, without spec.nodeName, whose
+        Live (Pods with status): GPU Pods (device-plugin GPUs, or NVIDIA GPUs through DRA
+        ResourceClaims) in phase Pending, without spec.nodeName, whose
         PodScheduled condition is False with reason Unschedulable, or that have a
         FailedScheduling event when the condition is missing. Reported once per owning
         controller present in the input (else per Pod, naming its controller), with the
@@ -100,7 +114,8 @@ class _Event:
         up; and when workers of the same job already hold GPUs (partial placement), critical
         when two or more jobs are partially placed at once (they deadlock on each other's
         GPUs). Low when it only waits for capacity other pods hold and an eligible node could
-        hold it (a queue, not a fault); medium when that cannot be told (no node status).
+        hold it (a queue, not a fault); medium when that cannot be told (no node status, or
+        GPUs through DRA, whose devices GPU-SCHED-009 matches against the ResourceSlices).
     """,
     remediation="""
         kubectl describe pod $pod -n $namespace
@@ -114,6 +129,7 @@ class _Event:
         "https://github.com/NVIDIA/k8s-device-plugin/issues/33",
         "https://github.com/kubernetes/autoscaler/issues/2506",
         "https://github.com/kubeflow/trainer/issues/165",
+        "https://github.com/kubernetes/kubernetes/blob/master/pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go",
     ),
 )
 def gpu_pods_not_stuck_unschedulable(snapshot: Snapshot) -> Iterator[Result]:
@@ -124,7 +140,9 @@ def gpu_pods_not_stuck_unschedulable(snapshot: Snapshot) -> Iterator[Result]:
     gang_waits: dict[ObjRef, str] = {}
     for pod in snapshot.of("Pod"):
         templates = templates_of(pod)
-        if not (templates and templates[0].requests_gpu):
+        if not templates or not (
+            templates[0].requests_gpu or gets_gpus_through_dra(snapshot, templates[0])
+        ):
             continue
         owner = top_owner(snapshot, pod)
         owners.setdefault(owner.ref, owner)
@@ -242,9 +260,18 @@ def _severity(
     if scale_up:
         return None, ""
     lowered = message.lower()
-    if not any(fragment in lowered for fragment in _CAPACITY):
-        return None, ""  # only rules the pod fails: waiting changes nothing
     templates = templates_of(pod)
+    dra = bool(templates) and gets_gpus_through_dra(snapshot, templates[0])
+    if not any(fragment in lowered for fragment in _CAPACITY) and not (dra and "claim" in lowered):
+        return None, ""  # only rules the pod fails: waiting changes nothing
+    if dra:
+        # DRA GPUs are not in the node's allocatable: the node-shape fit cannot tell, and
+        # "cannot allocate all claims" is a shortage as well as a selector no device matches.
+        return Severity.MEDIUM, (
+            "its GPUs come through DRA ResourceClaims, allocated from ResourceSlices, so "
+            "whether a node could ever hold it is GPU-SCHED-009's judgement, not a "
+            "device-plugin shortage"
+        )
     fits = fits_some_node(snapshot, templates[0]) if templates else None
     if fits is False:
         return None, "no eligible node in the input could hold it even with nothing else running"

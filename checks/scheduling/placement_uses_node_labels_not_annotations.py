@@ -3,6 +3,7 @@ from typing import Any
 
 from gpu_audit.api import (
     WORKLOAD_TYPES,
+    AdmissionRule,
     Category,
     FixKind,
     PodTemplate,
@@ -77,6 +78,26 @@ _PLACEMENT_SUFFIXES = ("/zone", "availability-zone")
         "https://kubernetes.io/docs/reference/labels-annotations-taints/",
     ),
     remediation_root="pod_spec",
+    admission=AdmissionRule(
+        scope="pod",
+        valid=f"""
+            [object.metadata.?annotations.orValue({{}}), t.?metadata.?annotations.orValue({{}})]
+            .all(a, a.all(k,
+              !(k in {sorted(_PLACEMENT_KEYS)}
+                || {list(_PLACEMENT_SUFFIXES)}.exists(s, k.endsWith(s)))
+              || k in t.spec.?nodeSelector.orValue({{}})
+              || t.spec.?affinity.?nodeAffinity.?requiredDuringSchedulingIgnoredDuringExecution
+                   .?nodeSelectorTerms.orValue([]).exists(term,
+                     term.?matchExpressions.orValue([]).exists(e, e.key == k))
+              || t.spec.?affinity.?nodeAffinity.?preferredDuringSchedulingIgnoredDuringExecution
+                   .orValue([]).exists(p,
+                     p.?preference.?matchExpressions.orValue([]).exists(e, e.key == k))
+              || t.spec.?topologySpreadConstraints.orValue([]).exists(c, c.topologyKey == k)))
+        """,
+        message="a zone, region, instance-type or GPU-product annotation is not mirrored in the "
+        "pod's node selectors: the scheduler ignores annotations",
+        note="medium when a node in the input contradicts the annotation, else low",
+    ),
 )
 def placement_uses_node_labels_not_annotations(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):

@@ -11,6 +11,7 @@ from gpu_audit.api import (
     Container,
     FixKind,
     ModelSize,
+    PodTemplate,
     Result,
     ServerClass,
     Severity,
@@ -60,8 +61,9 @@ _DOCUMENTED_LOAD: dict[str, tuple[int, str]] = {
         probe and no startup probe (a startup probe keeps the container un-Ready until it
         succeeds, so it gates traffic during the load). Not flagged: readiness in
         Knative-managed pods (queue-proxy), of Triton outside KServe (GPU-SRV-002's) and of
-        LeaderWorkerSet workers (clients reach only the leader); servers without liveness
-        probes (no kill risk), CPU-only pods.
+        LeaderWorkerSet workers (clients reach only the leader); the workers of a multi-node
+        NIMService (the operator's Service selects only the leader and the operator sets the
+        workers' probes); servers without liveness probes (no kill risk), CPU-only pods.
     """,
     severity_evidence="""
         Medium when the input shows that loading takes longer than the probe allows: a model
@@ -91,11 +93,14 @@ _DOCUMENTED_LOAD: dict[str, tuple[int, str]] = {
         "https://kubernetes.io/docs/concepts/configuration/liveness-readiness-startup-probes/",
         "https://github.com/triton-inference-server/server/blob/main/deploy/k8s-onprem/templates/deployment.yaml",
         "https://github.com/vllm-project/vllm/blob/main/docs/deployment/k8s.md",
+        "https://github.com/NVIDIA/k8s-nim-operator/blob/main/manifests/lws.yaml",
     ),
     remediation_root="pod_spec",
 )
 def model_servers_survive_model_load(snapshot: Snapshot) -> Iterator[Result]:
     for template in gpu_pod_templates(snapshot):
+        if _nim_worker(template):
+            continue
         size = model_size(template)
         for container in template.containers(include_init=False):
             server = classify(container)
@@ -169,6 +174,15 @@ def _problems(
             "model loads"
         )
         yield _judged(problem, load.seconds > 0, load)
+
+
+def _nim_worker(template: PodTemplate) -> bool:
+    """A worker of a multi-node NIMService: the NIM operator's Service selects only the leader
+    (nim-llm-role=leader, GetSelectorLabels in api/apps/v1alpha1/nimservice_types.go), the
+    model loads through the leader, and the worker's probes are the operator's own
+    (manifests/lws.yaml: none, or `ray status` for a Ray worker), with no NIMService field to
+    change them."""
+    return template.owner.ref.kind_name == "NIMService" and template.replica_type == "nim worker"
 
 
 def _judged(problem: str, evidenced: bool, load: _Load) -> tuple[str, Severity]:

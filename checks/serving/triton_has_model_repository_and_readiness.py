@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -78,7 +79,7 @@ _STOCK_IMAGE = ("nvcr.io", "nvidia/tritonserver")
             persistentVolumeClaim: {claimName: model-repository, readOnly: true}
         $section:
           - name: $container
-            args: ["tritonserver", "--model-repository=/models", "--strict-readiness=true"]
+            args: $args   # its args, written whole (a patch replaces the list)
             volumeMounts:
               - {name: model-repo, mountPath: /models, readOnly: true}
             readinessProbe:
@@ -105,11 +106,10 @@ def triton_has_model_repository_and_readiness(snapshot: Snapshot) -> Iterator[Re
             server = classify(container)
             if server is None or server.name != TRITON or owned_by_kserve(container):
                 continue
-            problems = [
-                *_repository_problems(container),
-                *_readiness_problems(container),
-                *_control_mode_problems(container),
-            ]
+            repository = _repository_problems(container)
+            control = _control_mode_problems(container)
+            problems = [*repository, *_readiness_problems(container), *control]
+            args = _fixed_args(container, repository=bool(repository), poll=bool(control))
             if not problems:
                 yield passed(
                     container, f"has a model repository and model readiness ({server.rule})"
@@ -124,11 +124,46 @@ def triton_has_model_repository_and_readiness(snapshot: Snapshot) -> Iterator[Re
                         "section": "initContainers" if container.init else "containers",
                         "container": container.name,
                         "problem": problem,
+                        "args": args,
                     },
                 )
 
 
 Problem = tuple[str, Severity | None, str]
+# Flags the fix sets, dropped from the container's args (`--flag=value` or `--flag value`).
+_REPOSITORY_FLAGS = ("--model-repository", "--model-store")
+_READINESS_FLAG = "--strict-readiness"
+_CONTROL_MODE_FLAG = "--model-control-mode"
+
+
+def _fixed_args(container: Container, *, repository: bool, poll: bool) -> str:
+    """The container's args after the fix, as a JSON list. A patch replaces a container's
+    args whole (Container.args has no patchMergeKey in k8s.io/api core/v1 types.go), so the
+    fix writes all of them: the container's own, without the flags it sets (the repository
+    only when it is a problem, POLL model control when reported) and with
+    --model-repository=/models and --strict-readiness=true. `tritonserver` leads when the
+    container gives no command; a shell script's args stay as they are."""
+    command = [str(a) for a in as_list(container.raw.get("command"))]
+    args = [str(a) for a in as_list(container.raw.get("args"))]
+    if command and command[0].rsplit("/", 1)[-1] in _SHELLS:
+        return json.dumps(args)
+    if not command and not args:
+        args = ["tritonserver"]
+    dropped = {_READINESS_FLAG}
+    dropped.update(_REPOSITORY_FLAGS if repository else (), [_CONTROL_MODE_FLAG] if poll else ())
+    kept: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        name = arg.split("=", 1)[0]
+        index += 1
+        if name not in dropped:
+            kept.append(arg)
+        elif arg == name and index < len(args) and not args[index].startswith("-"):
+            index += 1  # `--flag value`: the value goes with it
+    if repository:
+        kept.append("--model-repository=/models")
+    return json.dumps([*kept, f"{_READINESS_FLAG}=true"])
 
 
 def _repository_problems(container: Container) -> list[Problem]:

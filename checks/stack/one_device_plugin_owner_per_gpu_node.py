@@ -21,6 +21,7 @@ from gpu_audit.api import (
     is_operator_operand,
     passed,
     policy_operand_runs_on,
+    templates_of,
 )
 
 OPERATOR = "operator"
@@ -74,10 +75,11 @@ class Owner:
     remediation="""
         # $subject: $summary
         # Keep one plugin per node: remove this one (helm uninstall / kubectl delete), or
-        # apply the patch below (merge the expressions into every existing term).
+        # apply the patch below (its expressions are ANDed into every existing term).
         $patch
     """,
     fix_kind=FixKind.PATCH,
+    remediation_root="pod_spec",
     remediation_generic="""
         # Keep one plugin per node: remove the standalone DaemonSet <namespace>/<name> (helm uninstall /
         # kubectl delete), or keep it off the nodes another plugin owns (merge the expressions into
@@ -199,8 +201,9 @@ def _node_finding(node: Resource, found: list[Owner]) -> Result:
 def _daemonset_finding(daemonset: Resource, nodes: Mapping[str, list[Owner]]) -> Result:
     others = {o.label: o for found in nodes.values() for o in found}
     summary = "; ".join(f"{n}: also {_describe(found)}" for n, found in sorted(nodes.items()))
+    # on the pod template: the engine writes the fix into the terms the DaemonSet has
     return failed(
-        daemonset,
+        next(iter(templates_of(daemonset)), daemonset),
         f"runs a second NVIDIA device plugin on {len(nodes)} GPU node(s) ({summary})",
         path="spec.template.spec.affinity",
         fix={
@@ -224,14 +227,11 @@ def _affinity_patch(others: list[Owner], node_names: list[str]) -> str:
         names = ", ".join(f'"{n}"' for n in node_names)
         expressions.append(f"{{key: kubernetes.io/hostname, operator: NotIn, values: [{names}]}}")
     lines = [
-        "spec:",
-        "  template:",
-        "    spec:",
-        "      affinity:",
-        "        nodeAffinity:",
-        "          requiredDuringSchedulingIgnoredDuringExecution:",
-        "            nodeSelectorTerms:",
-        "              - matchExpressions:",
+        "affinity:",
+        "  nodeAffinity:",
+        "    requiredDuringSchedulingIgnoredDuringExecution:",
+        "      nodeSelectorTerms:",
+        "        - matchExpressions:",
     ]
-    lines.extend(f"                  - {e}" for e in expressions)
+    lines.extend(f"            - {e}" for e in expressions)
     return "\n".join(lines)

@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gpu_audit.api import (
+    AdmissionRule,
     Category,
     FixKind,
     Resource,
@@ -65,6 +66,21 @@ SHARED_FS_DRIVERS = frozenset(
         "https://kubernetes.io/docs/concepts/storage/persistent-volumes/#reclaiming",
         "https://github.com/kubernetes-sigs/aws-fsx-csi-driver/blob/master/examples/kubernetes/static_provisioning/README.md",
         "https://github.com/kubernetes-sigs/aws-efs-csi-driver/issues/1207",
+    ),
+    admission=AdmissionRule(
+        scope="object",
+        kinds=("PersistentVolume",),
+        where=f"""
+            object.spec.?csi.?driver.orValue('') in {sorted(SHARED_FS_DRIVERS)}
+            && !(object.metadata.?annotations.orValue({{}})[?'{PROVISIONED_BY}'].hasValue()
+                 && object.metadata.name.startsWith('pvc-'))
+        """,
+        valid="""
+            !(object.spec.?persistentVolumeReclaimPolicy.orValue('Retain')
+              in ['Delete', 'Recycle'])
+        """,
+        message="a statically provisioned shared file-system PV has reclaim policy Delete (or "
+        "Recycle): deleting its claim can delete the file system",
     ),
 )
 def static_shared_volumes_retained(snapshot: Snapshot) -> Iterator[Result]:

@@ -3,6 +3,7 @@ from collections.abc import Iterator
 from gpu_audit.api import (
     NVIDIA_GPU,
     WORKLOAD_TYPES,
+    AdmissionRule,
     Category,
     Container,
     FixKind,
@@ -79,6 +80,31 @@ _OPERATOR_OWNERS = frozenset({"ClusterPolicy", "NVIDIADriver"})
         "https://kubernetes.io/docs/concepts/security/pod-security-standards/",
     ),
     remediation_root="pod_spec",
+    admission=AdmissionRule(
+        scope="container",
+        where=f"""
+            (@pod_gpu(t)
+             || t.spec.?tolerations.orValue([]).exists(x, x.?key.orValue('') == '{NVIDIA_GPU}')
+             || t.spec.?nodeSelector.orValue({{}}).exists(k, k.startsWith('{NVIDIA_GPU}')))
+            && !@stack_agent(t)
+            && !(object.kind == 'DaemonSet' && object.metadata.?ownerReferences.orValue([])
+                 .exists(r, r.kind in {sorted(_OPERATOR_OWNERS)}
+                         && r.apiVersion.startsWith('nvidia.com/')))
+        """,
+        valid=f"""
+            !c.?securityContext.?privileged.orValue(false)
+            && !c.?securityContext.?capabilities.?add.orValue([]).exists(x,
+                   x.upperAscii() in {sorted(_DANGEROUS_CAPS | {"CAP_" + c for c in _DANGEROUS_CAPS})})
+            && [t.spec.?volumes.orValue([]).filter(v, has(v.hostPath)
+                   && (v.hostPath.path in ['/dev', '/dev/']
+                       || v.hostPath.path.startsWith('/dev/nvidia')
+                       || v.hostPath.path.startsWith('/dev/dri'))).map(v, v.name)].all(devices,
+                 !c.?volumeMounts.orValue([]).exists(m, m.name in devices))
+        """,
+        message="a container of a GPU pod is privileged, adds SYS_ADMIN/ALL or mounts host "
+        "/dev: it sees every GPU of the node, not just the allocated ones",
+        note="SYS_ADMIN/ALL and host /dev mounts are medium in a scan, privileged high",
+    ),
 )
 def gpu_containers_not_privileged(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 from gpu_audit.api import (
     WORKLOAD_TYPES,
+    AdmissionRule,
     Category,
     Container,
     FixKind,
@@ -23,7 +24,7 @@ from gpu_audit.api import (
     pod_templates,
     top_owner,
 )
-from gpu_audit.checks.workloads._common import is_cuda_image
+from gpu_audit.checks.workloads._common import CUDA_IMAGE, is_cuda_image
 
 _FLOATING = frozenset(
     {"latest", "nightly", "main", "master", "dev", "develop", "stable", "edge", "rolling"}
@@ -84,6 +85,29 @@ _CUDA_PIN = re.compile(r"(?<![a-z0-9])(cuda[-_]?\d{2}\.\d+|cu\d{3,4})(?![0-9])")
         "https://kubernetes.io/docs/concepts/containers/images/#image-names",
     ),
     remediation_root="pod_spec",
+    admission=AdmissionRule(
+        scope="container",
+        where=f"""
+            has(c.image) && c.image != '' && !@stack_image(c.image)
+            && !c.image.matches(r'{_PLACEHOLDER.pattern}')
+            && (@gpu(c) || c.image.lowerAscii().matches(r'{CUDA_IMAGE.pattern}'))
+        """,
+        valid=f"""
+            c.image.contains('@sha256:')
+            || [c.image.trim().split('@')[0]].all(n,
+                 [n.lastIndexOf(':') > n.lastIndexOf('/')
+                  ? n.substring(n.lastIndexOf(':') + 1) : ''].all(tag,
+                   !(tag == '' || tag in {sorted(_FLOATING)} || tag.startsWith('latest-')
+                     || tag.endsWith('-latest') || tag.endsWith('-nightly'))
+                   || (!((tag == '' ? n : n.substring(0, n.lastIndexOf(':')))
+                          .lowerAscii().endsWith('nvidia/cuda') && tag in ['', 'latest'])
+                       && c.image.lowerAscii().matches(
+                          r'(^|[^a-z0-9])(cuda[-_]?[0-9]{{2}}[.][0-9]+|cu[0-9]{{3,4}})([^0-9]|$)'))))
+        """,
+        message="runs a CUDA or ML image without a version: no tag, latest or another floating "
+        "tag (nvidia/cuda has no latest tag any more)",
+        note="the medium severity of drift already seen in running pods is left to scans",
+    ),
 )
 def gpu_images_pinned_to_a_version(snapshot: Snapshot) -> Iterator[Result]:
     digests = _running_digests(snapshot)

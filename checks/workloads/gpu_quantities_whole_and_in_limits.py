@@ -3,6 +3,7 @@ from decimal import Decimal
 
 from gpu_audit.api import (
     WORKLOAD_TYPES,
+    AdmissionRule,
     Category,
     FixKind,
     QuantityError,
@@ -64,6 +65,26 @@ from gpu_audit.api import (
         "https://github.com/kubernetes/kubernetes/blob/master/pkg/apis/core/validation/validation.go",
     ),
     remediation_root="pod_spec",
+    admission=AdmissionRule(
+        scope="container",
+        valid="""
+            [c.?resources.?requests.orValue({}), c.?resources.?limits.orValue({})].all(m,
+              m.all(k, !@extended(k)
+                || [[c.?resources.?requests.orValue({})[?k],
+                     c.?resources.?limits.orValue({})[?k]]].all(p,
+                  p.all(o, !o.hasValue() || [o.value()].all(v, @whole(v)))
+                  && p[1].hasValue()
+                  && (!p[0].hasValue() || [p[0].value()].all(a, [p[1].value()].all(b,
+                        type(a) == int && type(b) == int ? a == b
+                        : type(a) == int ? quantity(b).asInteger() == dyn(a)
+                        : type(b) == int ? quantity(a).asInteger() == dyn(b)
+                        : quantity(a).compareTo(quantity(b)) == 0))))))
+        """,
+        message="an extended resource (GPU) is fractional, not a quantity, requested without "
+        "a limit, or requested differently from its limit: every pod is rejected",
+        note="built-in kinds are refused by the API server's own validation before admission; "
+        "the policy matters for training-job custom resources",
+    ),
 )
 def gpu_quantities_whole_and_in_limits(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):

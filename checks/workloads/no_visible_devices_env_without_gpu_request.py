@@ -2,6 +2,7 @@ from collections.abc import Iterator
 
 from gpu_audit.api import (
     WORKLOAD_TYPES,
+    AdmissionRule,
     Category,
     Container,
     FixKind,
@@ -115,6 +116,25 @@ _VOID = """\
         "https://github.com/NVIDIA/k8s-device-plugin/issues/90",
     ),
     remediation_root="pod_spec",
+    admission=AdmissionRule(
+        scope="container",
+        where="!@stack_agent(t)",
+        valid=f"""
+            [c.?env.orValue([]).filter(e, e.?name.orValue('') == '{VARIABLE}')]
+            .all(es, size(es) == 0 || [es[size(es) - 1]].all(e,
+              (has(e.valueFrom) && !has(e.value))
+              || (!(c.?resources.?limits.orValue({{}}).exists(k, @gpu_resource(k)
+                      && [c.resources.limits[k]].all(v, @positive(v)))
+                    || c.?resources.?requests.orValue({{}}).exists(k, @gpu_resource(k)
+                      && !(k in c.?resources.?limits.orValue({{}}))
+                      && [c.resources.requests[k]].all(v, @positive(v))))
+                  && e.?value.orValue('').trim().lowerAscii() in {sorted(NO_GPU_VALUES)})))
+        """,
+        message="sets NVIDIA_VISIBLE_DEVICES to GPUs without requesting one (the runtime exposes "
+        "them outside the scheduler's accounting), or hard-codes it next to a GPU request",
+        note="from env only: a value from envFrom or a ConfigMap is left to scans, and so is "
+        "the cluster-wide runtime setting that lowers it to low",
+    ),
 )
 def no_visible_devices_env_without_gpu_request(snapshot: Snapshot) -> Iterator[Result]:
     mitigated = _envvar_ignored_when_unprivileged(snapshot)

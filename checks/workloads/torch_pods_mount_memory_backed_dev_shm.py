@@ -23,6 +23,7 @@ from gpu_audit.api import (
     image_repository,
     passed,
     replica_groups,
+    replicated_job_pods,
     templates_of,
 )
 from gpu_audit.checks.workloads._common import (
@@ -127,7 +128,8 @@ class Evidence:
         --nproc_per_node, --tensor-parallel-size/--tp, --pipeline-parallel-size, TGI
         --num-shard, deepspeed --num_gpus, accelerate --num_processes > 1); medium for a
         multi-pod NCCL job (a PyTorchJob, MPIJob, Volcano or batch Job with more than one GPU
-        pod, or torchrun --nnodes > 1, whose command, image or NCCL_* environment shows NCCL,
+        pod, a TrainJob or training runtime whose trainer runs on more than one node (numNodes;
+        resourcesPerNode is per pod), or torchrun --nnodes > 1, whose command, image or NCCL_* environment shows NCCL,
         torchrun, DeepSpeed or Horovod). Otherwise low: one GPU and one process (a notebook, a
         TP=1 vLLM, a single Triton model) shows no user of more than 64 MiB; DataLoader workers
         and NCCL variables alone are not evidence. NCCL_SHM_DISABLE=1 lowers it to info except
@@ -160,7 +162,7 @@ class Evidence:
 def torch_pods_mount_memory_backed_dev_shm(snapshot: Snapshot) -> Iterator[Result]:
     for template in gpu_pod_templates(snapshot):
         distributed = template.owner.ref.kind in _DISTRIBUTED_KINDS
-        evidence = _evidence(template)
+        evidence = _evidence(snapshot, template)
         apps = [c for c in template.gpu_containers() if not c.init or c.is_sidecar]
         for container in apps:  # init containers finish before the workload starts
             if distributed or evidence.severity is not Severity.LOW or _is_torch_like(container):
@@ -178,7 +180,7 @@ def _running(template: PodTemplate) -> list[Container]:
     return [c for c in template.containers() if not c.init or c.is_sidecar]
 
 
-def _evidence(template: PodTemplate) -> Evidence:
+def _evidence(snapshot: Snapshot, template: PodTemplate) -> Evidence:
     gpus = sum((gpu_count(c) for c in _running(template)), Decimal(0))
     parallel, processes, starter = 0, 0, ""
     for container in _running(template):
@@ -198,7 +200,7 @@ def _evidence(template: PodTemplate) -> Evidence:
             Severity.HIGH,
             f"the pod holds {format_quantity(gpus)} GPUs, whose processes share {SHM}",
         )
-    pods = _job_gpu_pods(template)
+    pods = _job_gpu_pods(snapshot, template)
     if pods > 1 and _speaks_nccl(template):
         return Evidence(
             Severity.MEDIUM,
@@ -217,11 +219,13 @@ def _num_shard(container: Container) -> int:
     return int(value) if value.isdigit() else 0
 
 
-def _job_gpu_pods(template: PodTemplate) -> int:
+def _job_gpu_pods(snapshot: Snapshot, template: PodTemplate) -> int:
     """How many GPU pods the template's job runs at once (0 for anything but a job), or the
-    fewest nodes torchrun is told to wait for (the minimum of an elastic min:max range)."""
+    fewest nodes torchrun is told to wait for (the minimum of an elastic min:max range). A
+    TrainJob's (or training runtime's) trainer runs one pod per node, each with the GPUs of
+    resourcesPerNode: numNodes pods, not one pod of numNodes x those GPUs."""
     owner = template.owner
-    pods = 0
+    pods = replicated_job_pods(snapshot, owner, template.replica_type)
     if owner.ref.kind in _MULTI_POD_KINDS:
         pods = sum(g.replicas for g in replica_groups(owner) if g.gpu)
     for container in _running(template):

@@ -68,7 +68,7 @@
   }
   document.querySelectorAll("button.copy").forEach(function (button) {
     button.addEventListener("click", function () {
-      var code = button.parentNode.querySelector("pre");
+      var code = button.closest(".snippet").querySelector("pre");
       var done = function () { button.textContent = "Copied"; };
       var fallback = function () { selectContents(code); button.textContent = "Selected: press Ctrl+C"; };
       if (navigator.clipboard && window.isSecureContext) {

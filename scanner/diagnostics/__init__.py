@@ -64,23 +64,10 @@ def diagnostics_section(snapshot: Snapshot) -> dict[str, Any]:
     if snapshot.has("Pod"):
         ctx = scheduling_context(snapshot, usage)
         pending = [
-            _closest_nodes(explain_pending(snapshot, pod, ctx).as_dict())
+            explain_pending(snapshot, pod, ctx).as_dict(REPORT_NODES_PER_POD)
             for pod in pending_gpu_pods(snapshot, usage)
         ]
     return {"inventory": inventory, "pending_pods": pending}
-
-
-def _closest_nodes(explanation: dict[str, Any]) -> dict[str, Any]:
-    """Keep the nodes nearest to taking the pod: those that fit, then GPU nodes with the
-    fewest failed predicates; `nodes_evaluated` says how many there were."""
-    nodes = explanation["nodes"]
-
-    def distance(node: dict[str, Any]) -> tuple[bool, bool, int, str]:
-        failed = sum(1 for v in node["predicates"] if not v["passed"])
-        return (not node["fits"], not node["gpu_node"], failed, node["node"])
-
-    kept = sorted(nodes, key=distance)[:REPORT_NODES_PER_POD]
-    return {**explanation, "nodes": kept, "nodes_evaluated": len(nodes)}
 
 
 def explain_targets(snapshot: Snapshot, target: str | None) -> list[PendingExplanation]:

@@ -28,6 +28,7 @@ from gpu_audit.diagnostics.fit import (
     is_finished,
     node_name_of,
 )
+from gpu_audit.k8s.fabric import node_fabric
 from gpu_audit.k8s.gpu_hosts import is_gpu_node
 from gpu_audit.k8s.gpu_resources import (
     NVIDIA_GPU,
@@ -97,6 +98,8 @@ class PoolInventory:
     sharing: str
     replicas: str
     resources: tuple[GpuResourceCounts, ...]
+    # Fabric devices per node (EFA, RDMA, GKE networks): resource -> "32" or "0-32".
+    fabric: tuple[tuple[str, str], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -108,6 +111,7 @@ class PoolInventory:
             "mig": {"strategy": self.mig_strategy, "profiles": dict(self.mig_profiles)},
             "sharing": {"mode": self.sharing, "replicas": self.replicas or None},
             "resources": [r.as_dict() for r in self.resources],
+            "fabric": dict(self.fabric),
         }
 
 
@@ -178,6 +182,19 @@ def _counts(
     )
 
 
+def _fabric(nodes: Iterable[NodeUsage]) -> tuple[tuple[str, str], ...]:
+    """Fabric devices per node of the pool, per resource: one count, or the range when the
+    nodes differ (0 for nodes without the resource)."""
+    per_node = [node_fabric(usage.node) for usage in nodes]
+    names = sorted({name for fabric in per_node for name in fabric})
+    out = []
+    for name in names:
+        counts = [int(fabric.get(name, ZERO)) for fabric in per_node]
+        low, high = min(counts), max(counts)
+        out.append((name, str(low) if low == high else f"{low}-{high}"))
+    return tuple(out)
+
+
 def _gpu_resources(nodes: Iterable[NodeUsage]) -> list[str]:
     names: set[str] = set()
     for usage in nodes:
@@ -224,6 +241,7 @@ def build_inventory(snapshot: Snapshot, usage: ClusterUsage | None = None) -> Gp
                 sharing=_joined(x.get(SHARING_LABEL, "none") for x in labels),
                 replicas=_joined(x.get(REPLICAS_LABEL, "") for x in labels),
                 resources=tuple(_counts(r, members, held) for r in _gpu_resources(members)),
+                fabric=_fabric(members),
             )
         )
     everything = [m for members in groups.values() for m in members]

@@ -18,7 +18,7 @@ from decimal import Decimal
 from functools import partial
 from typing import Any
 
-from gpu_audit.diagnostics.dra import node_verdict, pod_claims_state, wants_gpus
+from gpu_audit.diagnostics.dra import PodClaims, node_verdict, pod_claims_state, wants_gpus
 from gpu_audit.diagnostics.fit import (
     ClusterUsage,
     as_number,
@@ -33,15 +33,12 @@ from gpu_audit.diagnostics.predicates import (
     SchedulingContext,
     Verdict,
     inter_pod_rules,
-    node_verdicts,
-    reasons_histogram,
     scheduling_context,
     spread_constraints,
 )
-from gpu_audit.errors import InputError
-from gpu_audit.k8s.dra import NVIDIA_GPU_DRIVER, node_devices
+from gpu_audit.diagnostics.shapes import NodeExplanation, NodeTable, node_table
+from gpu_audit.errors import InputError, did_you_mean
 from gpu_audit.k8s.events import event_count, event_note, event_regarding, event_time
-from gpu_audit.k8s.gpu_hosts import is_gpu_node
 from gpu_audit.k8s.gpu_resources import is_extended_resource
 from gpu_audit.k8s.objects import (
     as_list,
@@ -80,31 +77,6 @@ _DRA_POST_FILTER = re.compile(
     r"(?<=\.) (?:still not schedulable|no new claims to deallocate"
     r"|deallocation of ResourceClaim completed)$"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class NodeExplanation:
-    node: str
-    gpu_node: bool
-    verdicts: tuple[Verdict, ...]
-
-    @property
-    def fits(self) -> bool:
-        return all(v.passed for v in self.verdicts)
-
-    @property
-    def failed(self) -> tuple[Verdict, ...]:
-        return tuple(v for v in self.verdicts if not v.passed)
-
-    def as_dict(self) -> dict[str, Any]:
-        first = self.failed[0] if self.failed else None
-        return {
-            "node": self.node,
-            "gpu_node": self.gpu_node,
-            "fits": self.fits,
-            "scheduler_reasons": list(first.reasons) if first else [],
-            "predicates": [v.as_dict() for v in self.verdicts],
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +123,7 @@ class PendingExplanation:
     scheduler: str
     request: tuple[tuple[str, Decimal], ...]
     pod_checks: tuple[Verdict, ...]
-    nodes: tuple[NodeExplanation, ...]
+    nodes: NodeTable
     histogram: tuple[tuple[str, int], ...]
     summary: str
     fixes: tuple[str, ...]
@@ -159,15 +131,21 @@ class PendingExplanation:
 
     @property
     def fitting_nodes(self) -> tuple[str, ...]:
-        return tuple(n.node for n in self.nodes if n.fits)
+        return self.nodes.fitting
 
-    def as_dict(self) -> dict[str, Any]:
-        """The explanation as `why-pending` and the report show it, through the redaction of
-        gpu_audit.redact (event messages and predicate details quote the cluster's data)."""
-        explanation: dict[str, Any] = redact_tree(self._fields())
+    def as_dict(self, node_limit: int | None = None) -> dict[str, Any]:
+        """The explanation as `why-pending` (every node) and the report (the `node_limit`
+        nodes nearest to taking the pod, and `nodes_evaluated`) show it, through the redaction
+        of gpu_audit.redact (event messages and predicate details quote the cluster's data)."""
+        if node_limit is None:
+            fields = self._fields(self.nodes.explanations())
+        else:
+            closest = self.nodes.closest(node_limit)
+            fields = {**self._fields(closest), "nodes_evaluated": len(self.nodes)}
+        explanation: dict[str, Any] = redact_tree(fields)
         return explanation
 
-    def _fields(self) -> dict[str, Any]:
+    def _fields(self, nodes: Sequence[NodeExplanation]) -> dict[str, Any]:
         return {
             "pod": {"namespace": self.pod.namespace, "name": self.pod.name},
             "template": self.template.as_dict() if self.template else None,
@@ -180,7 +158,7 @@ class PendingExplanation:
             "fitting_nodes": list(self.fitting_nodes),
             "fixes": list(self.fixes),
             "scheduler_messages": [m.as_dict() for m in self.messages],
-            "nodes": [n.as_dict() for n in self.nodes],
+            "nodes": [n.as_dict() for n in nodes],
         }
 
 
@@ -334,14 +312,12 @@ def _members(snapshot: Snapshot, pod: Resource, type_: str, group: str) -> list[
 
 
 def _copies_that_fit(
-    request: Mapping[str, Decimal], nodes: Sequence[NodeExplanation], usage: ClusterUsage
+    request: Mapping[str, Decimal], fitting: Sequence[str], usage: ClusterUsage
 ) -> int:
     """How many more pods shaped like this one fit at once on the nodes where it fits."""
     total = 0
-    for node in nodes:
-        if not node.fits:
-            continue
-        free = usage.nodes[node.node]
+    for node in fitting:
+        free = usage.nodes[node]
         per_node = [int(free.free(r) // v) for r, v in request.items() if v > 0]
         total += min(per_node) if per_node else 1
     return total
@@ -351,7 +327,7 @@ def _gang(
     snapshot: Snapshot,
     pod: Resource,
     request: Mapping[str, Decimal],
-    nodes: Sequence[NodeExplanation],
+    fitting: Sequence[str],
     usage: ClusterUsage,
 ) -> Verdict | None:
     found = _pod_group(pod)
@@ -390,7 +366,7 @@ def _gang(
             f"# {minimum - len(members)} member pod(s) are missing: the gang waits until "
             f"{minimum} exist; lower minMember of PodGroup {group} or create the missing pods",
         )
-    room = _copies_that_fit(request, nodes, usage)
+    room = _copies_that_fit(request, fitting, usage)
     needed = max(minimum - len(bound), 0)
     if room < needed:
         return Verdict(
@@ -488,26 +464,10 @@ def scheduler_messages(
 # --------------------------------------------------------------------------- explanation
 
 
-def _best_candidates(nodes: Sequence[NodeExplanation], wants_gpu: bool) -> list[NodeExplanation]:
-    """The nodes closest to fitting (fewest failing predicates), GPU nodes first for a GPU pod:
-    their failing predicates are the changes worth making."""
-    pool = (
-        [n for n in nodes if n.gpu_node]
-        if wants_gpu and any(n.gpu_node for n in nodes)
-        else list(nodes)
-    )
-    if not pool:
-        return []
-    fewest = min(len(n.failed) for n in pool)
-    return [n for n in pool if len(n.failed) == fewest][:3]
-
-
-def _fixes(
-    pod_checks: Sequence[Verdict], nodes: Sequence[NodeExplanation], wants_gpu: bool
-) -> tuple[str, ...]:
+def _fixes(pod_checks: Sequence[Verdict], nodes: NodeTable, wants_gpu: bool) -> tuple[str, ...]:
     fixes = [v.fix for v in pod_checks if not v.passed and v.fix]
-    if not any(n.fits for n in nodes):
-        for node in _best_candidates(nodes, wants_gpu):
+    if not nodes.fitting:
+        for node in nodes.best_candidates(wants_gpu):
             fixes.extend(v.fix for v in node.failed if v.fix)
     return tuple(dict.fromkeys(fixes))
 
@@ -515,13 +475,12 @@ def _fixes(
 def _summary(
     total: int,
     histogram: Mapping[str, int],
-    nodes: Sequence[NodeExplanation],
+    fitting: Sequence[str],
     pod_checks: Sequence[Verdict],
     subject: str,
 ) -> str:
     """The scheduler's FitError when no node fits; otherwise which nodes fit and what still
     keeps the pod waiting."""
-    fitting = [n.node for n in nodes if n.fits]
     if not fitting:
         return fit_error_message(total, histogram)
     blockers = [v.detail for v in pod_checks if not v.passed]
@@ -535,6 +494,35 @@ def _summary(
         f"{head}: the scheduler would place it on its next attempt; if it stays Pending, check "
         "that its scheduler is running"
     )
+
+
+# What the per-node verdicts read of a pod's (admitted) spec; its labels only count for
+# topology spread, inter-pod affinity and the anti-affinity of running pods.
+_PLACEMENT_FIELDS = ("nodeSelector", "affinity", "tolerations", "topologySpreadConstraints")
+
+
+def _shape_key(
+    ctx: SchedulingContext,
+    pod: Resource,
+    spec: Mapping[str, Any],
+    request: Mapping[str, Decimal],
+    claims: PodClaims | None,
+) -> str:
+    """The pod's scheduling shape: pods with one shape have the same verdicts on every node,
+    so replicas of one controller are evaluated against the nodes once. A pod with
+    ResourceClaims is keyed by its whole spec and labels."""
+    if claims is not None:
+        held: list[Any] = [pod.labels, spec, claims.memo_key()]
+    else:
+        affinity = as_mapping(spec.get("affinity"))
+        reads_labels = bool(
+            ctx.anti_affinity_holders
+            or spec.get("topologySpreadConstraints")
+            or affinity.get("podAffinity")
+            or affinity.get("podAntiAffinity")
+        )
+        held = [pod.labels if reads_labels else None, [spec.get(f) for f in _PLACEMENT_FIELDS]]
+    return json.dumps([*held, sorted(request.items())], sort_keys=True, default=str)
 
 
 def explain_pending(
@@ -551,45 +539,27 @@ def explain_pending(
     if runtime_class is not None and not pod.spec.get("overhead") and spec.get("overhead"):
         add_quantities(request, quantities(spec.get("overhead")))
     claims = pod_claims_state(snapshot, pod, request, template is not None)
-    # The per-node verdicts depend only on what the key holds: replicas of one controller
-    # that wait for the same reason are evaluated against every node once.
-    held = [pod.labels, spec, sorted(request.items())]
-    key = (
-        "nodes",
-        pod.ref.namespace,
-        json.dumps(held + ([claims.memo_key()] if claims else []), sort_keys=True, default=str),
-    )
+    key = ("nodes", pod.ref.namespace, _shape_key(ctx, pod, spec, request, claims))
     if key not in ctx.memo:
-        spread = spread_constraints(ctx, pod, spec)
-        rules = inter_pod_rules(ctx, pod, spec)
-        dra_gpu_nodes = node_devices(snapshot, NVIDIA_GPU_DRIVER)
-        ctx.memo[key] = tuple(
-            NodeExplanation(
-                usage.node.ref.name,
-                is_gpu_node(usage.node) or usage.node.ref.name in dra_gpu_nodes,
-                node_verdicts(
-                    ctx,
-                    spec,
-                    request,
-                    usage,
-                    spread,
-                    rules,
-                    None if claims is None else partial(node_verdict, snapshot, claims),
-                    frozenset() if claims is None else claims.served_resources,
-                ),
-            )
-            for usage in ctx.usage.nodes.values()
+        ctx.memo[key] = node_table(
+            ctx,
+            spec,
+            request,
+            spread_constraints(ctx, pod, spec),
+            inter_pod_rules(ctx, pod, spec),
+            None if claims is None else partial(node_verdict, snapshot, claims),
+            frozenset() if claims is None else claims.served_resources,
         )
-    nodes: tuple[NodeExplanation, ...] = ctx.memo[key]
+    nodes: NodeTable = ctx.memo[key]
     total = len(nodes)
-    histogram = reasons_histogram(n.verdicts for n in nodes)
+    histogram = nodes.histogram()
     dra_check = None if claims is None else claims.pod_verdict
     pod_checks = [
         v
         for v in (_api_validation(pod), runtime_class, _scheduling_gates(spec), dra_check)
         if v is not None
     ]
-    gang = _gang(snapshot, pod, request, nodes, ctx.usage)
+    gang = _gang(snapshot, pod, request, nodes.fitting, ctx.usage)
     if gang is not None:
         pod_checks.append(gang)
     scheduler = str(spec.get("schedulerName") or DEFAULT_SCHEDULER)
@@ -635,18 +605,21 @@ def explain_pending(
         pod_checks=tuple(pod_checks),
         nodes=nodes,
         histogram=tuple(sorted(histogram.items())),
-        summary=_summary(total, histogram, nodes, pod_checks, subject),
+        summary=_summary(total, histogram, nodes.fitting, pod_checks, subject),
         fixes=_fixes(pod_checks, nodes, wants_gpu),
         messages=scheduler_messages(snapshot, pod, total, histogram),
     )
 
 
 def pending_gpu_pods(snapshot: Snapshot, usage: ClusterUsage) -> list[Resource]:
-    """Pods waiting for a node that request a GPU resource, or claim GPUs through DRA."""
+    """Pods waiting for a node that request a GPU resource, or claim GPUs through DRA. A pod
+    without a status phase is a manifest, never submitted: nothing waits. A Pod the API server
+    accepted always has one: its create strategy sets status.phase Pending (kubernetes
+    pkg/registry/core/pod/strategy.go, podStrategy.PrepareForCreate)."""
     return [
         p
         for p in snapshot.of("Pod")
-        if pod_phase(p) == "Pending"
+        if p.status.get("phase") == "Pending"
         and not node_name_of(p)
         and (
             gpu_part(usage.request_of(p))
@@ -705,6 +678,13 @@ def resolve_target(snapshot: Snapshot, target: str) -> list[tuple[Resource, Temp
         return [(pod, None)]
     if len(parts) == 3 and all(parts):
         namespace, kind, name = parts
+        kinds = sorted({t.split(".", 1)[0] for t in WORKLOAD_TYPES})
+        if kind.casefold() not in {k.casefold() for k in kinds} | {
+            t.casefold() for t in WORKLOAD_TYPES
+        }:
+            raise InputError(
+                [f"{target!r}: unknown workload kind {kind!r}{did_you_mean([kind], kinds)}"]
+            )
         owner = _workload(snapshot, namespace, kind, name)
         if owner is None:
             raise InputError([f"{kind} {namespace}/{name} is not in the input"])

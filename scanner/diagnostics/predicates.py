@@ -14,7 +14,6 @@ evaluated so the fix can name all that stand in the way.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -346,6 +345,34 @@ def _resource_shortfall(
     )
 
 
+def _shortfalls(
+    request: Mapping[str, Decimal], usage: NodeUsage, dra_served: frozenset[str]
+) -> tuple[Decimal | None, list[str], list[str]] | None:
+    """What NodeResourcesFit finds short on the node: the pod limit when the node is full
+    (else None), the requested resources it cannot give, and every requested resource in the
+    filter's order; None when the node lists no allocatable (nothing to check)."""
+    if not usage.node.status.get("allocatable"):
+        return None
+    wanted = [r for r in request if r not in dra_served or usage.allocatable.get(r, ZERO) > 0]
+    ordered = [r for r in _BASIC if r in wanted] + sorted(r for r in wanted if r not in _BASIC)
+    max_pods = usage.allocatable.get("pods")
+    too_many = max_pods if max_pods is not None and len(usage.pods) + 1 > max_pods else None
+    missing = [r for r in ordered if r != "pods" and request[r] > 0 and request[r] > usage.free(r)]
+    return too_many, missing, ordered
+
+
+def resource_fit_reasons(
+    request: Mapping[str, Decimal], usage: NodeUsage, dra_served: frozenset[str] = frozenset()
+) -> tuple[str, ...]:
+    """The reasons node_resources_fit records, without its texts: () when the pod fits."""
+    shortfalls = _shortfalls(request, usage, dra_served)
+    if shortfalls is None:
+        return ()
+    too_many, missing, _ = shortfalls
+    head = (TOO_MANY_PODS,) if too_many is not None else ()
+    return (*head, *map(insufficient, missing))
+
+
 def node_resources_fit(
     request: Mapping[str, Decimal],
     usage: NodeUsage,
@@ -358,28 +385,20 @@ def node_resources_fit(
     serves (`dra_served`, KEP-5004): where no device plugin advertises it, the filter leaves it
     to DynamicResources."""
     name = "NodeResourcesFit"
-    request = {
-        r: v
-        for r, v in request.items()
-        if r not in dra_served or usage.allocatable.get(r, ZERO) > 0
-    }
-    if not usage.node.status.get("allocatable"):
+    shortfalls = _shortfalls(request, usage, dra_served)
+    if shortfalls is None:
         return _ok(name, "node has no status.allocatable (a manifest without status)")
+    too_many, missing, ordered = shortfalls
     reasons: list[str] = []
     details: list[str] = []
     fixes: list[str] = []
-    max_pods = usage.allocatable.get("pods")
-    if max_pods is not None and len(usage.pods) + 1 > max_pods:
+    if too_many is not None:
         reasons.append(TOO_MANY_PODS)
-        details.append(f"pods: {len(usage.pods)} of {_qty(max_pods)} already")
-        fixes.append(f"# node {usage.node.ref.name} runs its maximum of {_qty(max_pods)} pods")
-    ordered = [r for r in _BASIC if r in request] + sorted(r for r in request if r not in _BASIC)
-    for resource in ordered:
-        want = request[resource]
-        if resource == "pods" or want <= 0 or want <= usage.free(resource):
-            continue
+        details.append(f"pods: {len(usage.pods)} of {_qty(too_many)} already")
+        fixes.append(f"# node {usage.node.ref.name} runs its maximum of {_qty(too_many)} pods")
+    for resource in missing:
         reasons.append(insufficient(resource))
-        detail, fix = _resource_shortfall(resource, want, usage, ctx)
+        detail, fix = _resource_shortfall(resource, request[resource], usage, ctx)
         details.append(detail)
         fixes.append(fix)
     if not reasons:
@@ -430,6 +449,8 @@ def spread_constraints(
         for c in as_list(spec.get("topologySpreadConstraints"))
         if as_mapping(c).get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"
     ]
+    if not raw:
+        return ()
     keys = [str(c.get("topologyKey", "")) for c in raw]
     eligible = [
         u.node
@@ -694,13 +715,3 @@ def node_verdicts(
         inter_pod_affinity(rules, node),
     )
     return verdicts if dra is None else (*verdicts, dra(usage))
-
-
-def reasons_histogram(per_node: Iterable[Sequence[Verdict]]) -> dict[str, int]:
-    """The scheduler's histogram: each node adds the reasons of its first failing filter."""
-    counts: dict[str, int] = defaultdict(int)
-    for verdicts in per_node:
-        first = next((v for v in verdicts if not v.passed), None)
-        for reason in first.reasons if first else ():
-            counts[reason] += 1
-    return dict(counts)

@@ -677,6 +677,21 @@ def pod_claim_object(snapshot: Snapshot, namespace: str, pod_claim: PodClaim) ->
     return None
 
 
+def gets_gpus_through_dra(snapshot: Snapshot, template: PodTemplate) -> bool:
+    """Whether a pod asks for NVIDIA GPUs through DRA: one of its resourceClaims names a
+    ResourceClaim or ResourceClaimTemplate of the input whose requests name a DeviceClass that
+    hands out NVIDIA GPUs (selects_nvidia_gpus). Those GPUs are allocated by the scheduler's
+    DynamicResources plugin from ResourceSlices, not counted in the node's allocatable."""
+    namespace = template.owner.ref.namespace
+    for pod_claim in pod_claims(template.spec, template.path):
+        claim = pod_claim_object(snapshot, namespace, pod_claim)
+        if claim is not None and any(
+            selects_nvidia_gpus(snapshot, name) for name in claim_class_names(claim)
+        ):
+            return True
+    return False
+
+
 def claim_class_names(claim: Resource, request: str = "") -> tuple[str, ...]:
     """The DeviceClasses a claim's requests (or only `request`) name, every alternative, in
     order, once."""

@@ -145,6 +145,9 @@ _NOT_A_PLUGIN = ("gpu-feature-discovery", "mps-control-daemon", "config-manager"
 
 def _plugin_image(image: str) -> bool:
     lowered = image.lower()
+    # AWS's EFA plugin (eks/aws-efa-k8s-device-plugin) registers vpc.amazonaws.com/efa only.
+    if "efa-k8s-device-plugin" in lowered:
+        return False
     return (
         "k8s-device-plugin" in lowered
         or "nvidia-gpu-device-plugin" in lowered  # GKE's built-in plugin

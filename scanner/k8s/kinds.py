@@ -210,6 +210,9 @@ KNOWN_KINDS: dict[str, KindInfo] = {
         # Kubeflow Notebooks: v1 stored; v1beta1 and v1alpha1 served (kubeflow.org_notebooks.yaml).
         _k("Notebook.kubeflow.org", "kubeflow.org", "v1 v1beta1 v1alpha1", "notebooks"),
         _k("NIMService.apps.nvidia.com", "apps.nvidia.com", "v1alpha1", "nimservices"),
+        # AppWrapper (project-codeflare/appwrapper): Kueue's workload.codeflare.dev/appwrapper
+        # integration imports awv1beta2 (kueue pkg/controller/jobs/appwrapper).
+        _k("AppWrapper.workload.codeflare.dev", "workload.codeflare.dev", "v1beta2", "appwrappers"),
         _k("NodePool.karpenter.sh", "karpenter.sh", "v1", "nodepools", namespaced=False),
         _k("NodeClaim.karpenter.sh", "karpenter.sh", "v1", "nodeclaims", namespaced=False),
     )

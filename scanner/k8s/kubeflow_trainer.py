@@ -90,6 +90,41 @@ def referenced_runtime(snapshot: Snapshot, trainjob: Resource) -> Resource | Non
     return None
 
 
+def replicated_job_pods(snapshot: Snapshot, owner: Resource, role: str) -> int:
+    """How many pods the replicated job `role` of a TrainJob or training runtime runs at once,
+    one per node: for the trainer's job (labelled trainjob-ancestor-step: trainer) of a runtime
+    with an mlPolicy, the TrainJob's spec.trainer.numNodes, else the runtime's
+    mlPolicy.numNodes, else 1; for any other job its parallelism (the trainer supports no
+    replicas > 1 yet; pkg/runtime/core/trainingruntime.go newRuntimeInfo, and the torch, jax
+    and flux plugins that set the trainer's count from numNodes). 0 when `owner` is neither
+    or its runtime is not in the input. spec.trainer.resourcesPerNode is what each of these
+    pods gets, not the job's total."""
+    if owner.ref.kind == TRAIN_JOB:
+        runtime = referenced_runtime(snapshot, owner)
+        trainer = as_mapping(owner.spec.get("trainer"))
+    elif owner.ref.kind in RUNTIME_TYPES:
+        runtime, trainer = owner, {}
+    else:
+        return 0
+    if runtime is None:
+        return 0
+    ml_policy = runtime.spec.get("mlPolicy")
+    for job in _replicated_jobs(runtime.spec):
+        if _name(job) != role:
+            continue
+        if _ancestor(job) == TRAINER and isinstance(ml_policy, Mapping):
+            return _positive(trainer.get("numNodes"), _positive(ml_policy.get("numNodes"), 1))
+        job_spec = as_mapping(as_mapping(job.get("template")).get("spec"))
+        return _positive(job_spec.get("parallelism"), 1)
+    return 0
+
+
+def _positive(value: object, default: int) -> int:
+    return (
+        value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+    )
+
+
 def runtime_templates(runtime: Resource) -> tuple[OperatorTemplate, ...]:
     """One template per replicated job of the runtime's JobSet template, named by the job."""
     return _templates(_replicated_jobs(runtime.spec), "spec.template.spec.replicatedJobs", {})

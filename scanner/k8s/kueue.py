@@ -12,7 +12,16 @@ ff69552e79ad21652c36caa97038382e55625cf7 (the commit of the CRDs in ../shared/cr
   a Pod of a Job is admitted through its Job.
 - Kueue admits all pods of a workload at once (pkg/controller/jobframework, PodSets): a Job's
   parallelism, a StatefulSet's replicas, every replica of a JobSet or Kubeflow job, one
-  LeaderWorkerSet group; a Deployment's pods one by one.
+  LeaderWorkerSet group; a Deployment's pods one by one. A RayCluster's (and the cluster a
+  RayJob or RayService embeds) are its head and each worker group's replicas x numOfHosts
+  (pkg/controller/jobs/raycluster/common.go BuildPodSets), plus a RayJob's submitter
+  (pkg/controller/jobs/rayjob); an AppWrapper's are those of the objects it wraps
+  (pkg/controller/jobs/appwrapper; site/content/en/docs/tasks/run/appwrappers.md: "combining
+  the resource needs of each wrapper component").
+- The integrations (FrameworkName of each pkg/controller/jobs/* controller) include ray.io/rayjob,
+  ray.io/raycluster, ray.io/rayservice and workload.codeflare.dev/appwrapper, all enabled in
+  the shipped configuration; their queue-name label is in metadata.labels
+  (site/content/en/docs/tasks/run/rayjobs.md, rayclusters.md, appwrappers.md).
 - ClusterQueue quotas per flavor and resource: nominalQuota, borrowingLimit, lendingLimit
   (apis/kueue/v1beta2/clusterqueue_types.go); v1beta2 names the cohort `spec.cohortName`,
   v1beta1 `spec.cohort`. Cohorts form trees through Cohort `spec.parentName`
@@ -31,6 +40,7 @@ ff69552e79ad21652c36caa97038382e55625cf7 (the commit of the CRDs in ../shared/cr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -68,6 +78,9 @@ GFD_GPU_COUNT = "nvidia.com/gpu.count"  # GPU Feature Discovery's count of a nod
 # The ConfigMap key Kueue's manifests mount as the manager's configuration
 # (config/components/manager/controller_manager_config.yaml).
 KUEUE_CONFIG_KEY = "controller_manager_config.yaml"
+APPWRAPPER = "AppWrapper.workload.codeflare.dev"
+_RAY_TYPES = frozenset({"RayJob.ray.io", "RayCluster.ray.io", "RayService.ray.io"})
+_RAY_WORKER_GROUP = re.compile(r"\.workerGroupSpecs\[(\d+)\]\.")
 # The kinds Kueue admits that gpu-audit reads, with Kueue's integration (framework) name.
 KUEUE_FRAMEWORKS: Mapping[str, str] = {
     "Job": "batch/job",
@@ -81,6 +94,10 @@ KUEUE_FRAMEWORKS: Mapping[str, str] = {
     "MPIJob.kubeflow.org": "kubeflow.org/mpijob",
     "TFJob.kubeflow.org": "kubeflow.org/tfjob",
     "TrainJob.trainer.kubeflow.org": "trainer.kubeflow.org/trainjob",
+    "RayJob.ray.io": "ray.io/rayjob",
+    "RayCluster.ray.io": "ray.io/raycluster",
+    "RayService.ray.io": "ray.io/rayservice",
+    APPWRAPPER: "workload.codeflare.dev/appwrapper",
 }
 KUEUE_QUEUED_TYPES = tuple(KUEUE_FRAMEWORKS)
 # Controllers whose pods the pod-based integrations (deployment, statefulset, LWS) queue as
@@ -210,6 +227,8 @@ def admitted_pods(template: PodTemplate) -> int:
                 job = as_mapping(as_mapping(replicated.get("template")).get("spec"))
                 return _count(replicated.get("replicas")) * _count(job.get("parallelism"))
         return 1
+    if kind in _RAY_TYPES:
+        return _ray_group_pods(template)
     if kind == "LeaderWorkerSet.leaderworkerset.x-k8s.io":
         group = as_mapping(spec.get("leaderWorkerTemplate"))
         size = _count(group.get("size"))
@@ -225,6 +244,48 @@ def admitted_pods(template: PodTemplate) -> int:
 
 def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def _ray_group_pods(template: PodTemplate) -> int:
+    """The head and the submitter are one pod; a worker group is its replicas (1 when unset)
+    times numOfHosts (raycluster.BuildPodSets)."""
+    match = _RAY_WORKER_GROUP.search(template.path)
+    if match is None:
+        return 1
+    spec = template.owner.spec
+    cluster = as_mapping(spec.get("rayClusterSpec") or spec.get("rayClusterConfig") or spec)
+    groups = as_list(cluster.get("workerGroupSpecs"))
+    index = int(match.group(1))
+    group = as_mapping(groups[index]) if index < len(groups) else {}
+    replicas = group.get("replicas")
+    count = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 1
+    hosts = group.get("numOfHosts")
+    if isinstance(hosts, int) and not isinstance(hosts, bool) and hosts > 1:
+        count *= hosts
+    return max(count, 0)
+
+
+def _sum(requests: Iterator[dict[str, Decimal]]) -> dict[str, Decimal]:
+    total: dict[str, Decimal] = {}
+    for request in requests:
+        for name, amount in request.items():
+            total[name] = total.get(name, Decimal(0)) + amount
+    return total
+
+
+def _wrapped(appwrapper: Resource) -> list[Resource]:
+    """The objects an AppWrapper's spec.components[].template hold, as objects of their own in
+    the AppWrapper's namespace."""
+    out = []
+    for index, component in enumerate(map(as_mapping, as_list(appwrapper.spec.get("components")))):
+        obj = as_mapping(component.get("template"))
+        if not obj.get("kind"):
+            continue
+        type_ = resource_type(str(obj.get("apiVersion", "")), str(obj["kind"]))
+        name = str(as_mapping(obj.get("metadata")).get("name") or f"component-{index}")
+        ref = ObjRef(type_, appwrapper.ref.namespace, name)
+        out.append(Resource(ref, str(obj.get("apiVersion", "")), obj, appwrapper.source))
+    return out
 
 
 def podset_templates(workload: Resource) -> tuple[tuple[PodTemplate, int], ...]:
@@ -245,6 +306,8 @@ def workload_requests(resource: Resource) -> dict[str, Decimal]:
     times the pods of each template): a job's templates (TFJob replicas through the training
     job walk), a TrainJob's spec.trainer.resourcesPerNode times numNodes, a Workload object's
     pod sets times their counts."""
+    if resource.ref.kind == APPWRAPPER:
+        return _sum(workload_requests(wrapped) for wrapped in _wrapped(resource))
     if resource.ref.kind == KUEUE_WORKLOAD:
         pods_of = list(podset_templates(resource))
     else:

@@ -27,6 +27,12 @@ Images and commands, from each project's published images and documentation:
   latest/getting-started.html).
 - KServe: the kserve-container of a predictor pod (labelled serving.kserve.io/inferenceservice)
   or of an InferenceService's component template, when nothing more specific matches.
+
+Not a server whatever its image: a KubeRay RayJob's submitter, which runs `ray job submit`
+against the cluster's dashboard and exits (ray-project/kuberay ray-operator/controllers/ray/
+common/job.go GetSubmitterTemplate; rayjob_controller.go createNewK8sJob runs it as a batch Job
+whose pods are labelled ray.io/originated-from-crd=RayJob and, unlike the cluster's pods, carry
+no ray.io/node-type). Its default container runs the head's Ray image.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from gpu_audit.k8s.images import image_registry_and_path
 from gpu_audit.k8s.kserve import INFERENCE_SERVICE as ISVC
 from gpu_audit.k8s.objects import as_list
 from gpu_audit.k8s.pods import Container
+from gpu_audit.k8s.ray import NODE_TYPE_LABEL, ORIGINATED_FROM_CRD_LABEL, RAY_JOB
 
 # ServerClass.name values.
 TORCHSERVE = "torchserve"
@@ -56,7 +63,7 @@ LMDEPLOY = "lmdeploy"
 KSERVE_RUNTIME = "kserve-runtime"
 
 KSERVE_ISVC_LABEL = "serving.kserve.io/inferenceservice"
-RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+_RAY_SUBMITTER = "submitter"  # the RayJob template's role (gpu_audit.k8s.ray.ray_templates)
 
 # Last path component of the image repository -> class. Suffix match on the path, so any
 # registry or mirror (`myregistry/ml/tritonserver`) counts.
@@ -125,6 +132,8 @@ def argv(container: Container) -> list[str]:
 
 def classify(container: Container) -> ServerClass | None:
     """The model server `container` runs, or None for anything else (sidecars, training)."""
+    if _ray_job_submitter(container):
+        return None
     image = container.image
     host, repo = image_registry_and_path(image)
     if host == "nvcr.io" and repo.startswith("nim/"):
@@ -147,8 +156,8 @@ def classify(container: Container) -> ServerClass | None:
         if pattern.search(command):
             return ServerClass(server, f"command line runs {shown}")
     labels = container.template.labels
-    if labels.get(RAY_NODE_TYPE_LABEL) == "head" and not container.init:
-        return ServerClass(RAY, f"pod labelled {RAY_NODE_TYPE_LABEL}=head")
+    if labels.get(NODE_TYPE_LABEL) == "head" and not container.init:
+        return ServerClass(RAY, f"pod labelled {NODE_TYPE_LABEL}=head")
     if container.name == "kserve-container" and KSERVE_ISVC_LABEL in labels:
         return ServerClass(
             KSERVE_RUNTIME, f"kserve-container in a pod labelled {KSERVE_ISVC_LABEL}"
@@ -157,3 +166,13 @@ def classify(container: Container) -> ServerClass | None:
         role = container.template.replica_type or "component"
         return ServerClass(KSERVE_RUNTIME, f"kserve-container of the InferenceService's {role}")
     return None
+
+
+def _ray_job_submitter(container: Container) -> bool:
+    """A RayJob's submitter pod: its template in the RayJob, or the pod of the Job KubeRay
+    runs it in."""
+    template = container.template
+    if template.owner.ref.kind == RAY_JOB:
+        return template.replica_type == _RAY_SUBMITTER
+    labels = template.labels
+    return labels.get(ORIGINATED_FROM_CRD_LABEL) == "RayJob" and NODE_TYPE_LABEL not in labels

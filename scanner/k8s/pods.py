@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from gpu_audit.k8s.gpu_resources import is_gpu_resource
@@ -113,7 +114,12 @@ _OWNED_BY_POD = frozenset({"StatefulSet"})
 
 
 def controller_owner(snapshot: Snapshot, resource: Resource) -> Resource | None:
-    """The controlling owner of `resource` if that owner is in the snapshot."""
+    """The controlling owner of `resource` if that owner is in the snapshot (found once per
+    object: owner chains are walked by many checks)."""
+    return snapshot.fact("controller_owner", resource, partial(_controller_owner, snapshot))
+
+
+def _controller_owner(snapshot: Snapshot, resource: Resource) -> Resource | None:
     for ref in map(as_mapping, as_list(resource.metadata.get("ownerReferences"))):
         if ref.get("controller") is not True:
             continue
@@ -202,7 +208,13 @@ class PodTemplate:
 
     @property
     def requests_gpu(self) -> bool:
-        return any(c.gpu_resource_names() for c in self.containers())
+        # Read from the raw containers (checks ask it of every pod of the cluster).
+        return any(
+            _gpu_resource_names(raw)
+            for section in ("initContainers", "containers")
+            for raw in as_list(self.spec.get(section))
+            if isinstance(raw, Mapping)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,8 +257,7 @@ class Container:
         }
 
     def gpu_resource_names(self) -> tuple[str, ...]:
-        names = {str(k) for k in self.requests} | {str(k) for k in self.limits}
-        return tuple(sorted(n for n in names if is_gpu_resource(n)))
+        return _gpu_resource_names(self.raw)
 
     def gpu_quantity(self, resource: str) -> Decimal | None:
         """The effective amount of `resource`: the limit (requests default to it), else the
@@ -408,8 +419,8 @@ def _jobset_templates(jobset: Resource) -> tuple[PodTemplate, ...]:
     """One template per replicated job (a JobTemplateSpec), named by the replicated job.
 
     The path goes through the list by index (spec.replicatedJobs[0].template.spec.template),
-    as every field path of a result does; a JSON merge patch cannot address a list item, so
-    a pod-spec remediation of a JobSet is printed as the fragment, not nested (engine).
+    as every field path of a result does; a pod-spec remediation is a JSON patch at that index,
+    guarded by a test of the replicated job's name (gpu_audit.k8s.cr_patches).
     """
     out = []
     for index, replicated in enumerate(map(as_mapping, as_list(jobset.spec.get("replicatedJobs")))):
@@ -439,6 +450,14 @@ def _leader_worker_templates(lws: Resource) -> tuple[PodTemplate, ...]:
     return tuple(out)
 
 
+def _gpu_resource_names(container: Mapping[str, Any]) -> tuple[str, ...]:
+    """The GPU resources a raw container requests or limits."""
+    resources = as_mapping(container.get("resources"))
+    requests, limits = as_mapping(resources.get("requests")), as_mapping(resources.get("limits"))
+    names = {str(k) for k in requests} | {str(k) for k in limits}
+    return tuple(sorted(n for n in names if is_gpu_resource(n)))
+
+
 def pod_templates(
     snapshot: Snapshot, types: Sequence[str] = WORKLOAD_TYPES
 ) -> Iterator[PodTemplate]:
@@ -459,7 +478,11 @@ def _pod_templates(snapshot: Snapshot, types: Sequence[str]) -> Iterator[PodTemp
 
 
 def gpu_pod_templates(snapshot: Snapshot) -> Iterator[PodTemplate]:
-    return (t for t in pod_templates(snapshot) if t.requests_gpu)
+    return iter(
+        snapshot.derived(
+            "gpu_pod_templates", lambda s: tuple(t for t in pod_templates(s) if t.requests_gpu)
+        )
+    )
 
 
 def container_requests(container: Container) -> dict[str, Decimal]:

@@ -88,6 +88,23 @@ def node_affinity_matches(pod_spec: Mapping[str, Any], node: Resource) -> bool:
     return any(_node_selector_term_matches(t, node) for t in terms)
 
 
+def node_affinity_keys(pod_spec: Mapping[str, Any]) -> tuple[frozenset[str], bool]:
+    """The node label keys node_affinity_matches may read for this pod spec (nodeSelector and
+    required node affinity), and whether a term selects nodes by field (metadata.name)."""
+    keys = {str(k) for k in as_mapping(pod_spec.get("nodeSelector"))}
+    by_field = False
+    required = as_mapping(
+        as_mapping(as_mapping(pod_spec.get("affinity")).get("nodeAffinity")).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+    )
+    for term in map(as_mapping, as_list(required.get("nodeSelectorTerms"))):
+        expressions = as_list(term.get("matchExpressions"))
+        keys.update(str(as_mapping(e).get("key", "")) for e in expressions)
+        by_field = by_field or bool(as_list(term.get("matchFields")))
+    return frozenset(keys), by_field
+
+
 def node_is_schedulable(node: Resource) -> bool:
     return node.spec.get("unschedulable") is not True
 

@@ -118,18 +118,29 @@ def _group_of(api_version: str) -> str:
 
 def owned_pods(snapshot: Snapshot, job: Resource) -> Iterator[Resource]:
     """Pods whose controlling ownerReference is `job` (same kind, API group and name)."""
-    kind = job.ref.kind_name
-    group = _group_of(job.api_version)
-    for pod in snapshot.in_namespace("Pod", job.ref.namespace):
-        for ref in map(as_mapping, as_list(pod.metadata.get("ownerReferences"))):
-            if (
-                ref.get("controller") is True
-                and ref.get("kind") == kind
-                and ref.get("name") == job.ref.name
-                and _group_of(str(ref.get("apiVersion", ""))) == group
-            ):
-                yield pod
-                break
+    key = (job.ref.namespace, job.ref.kind_name, _group_of(job.api_version), job.ref.name)
+    return iter(
+        snapshot.derived("training_jobs.pods_by_controller", _pods_by_controller).get(key, ())
+    )
+
+
+def _pods_by_controller(
+    snapshot: Snapshot,
+) -> dict[tuple[str, str, str, str], tuple[Resource, ...]]:
+    """Every pod under each (namespace, kind, API group, name) its controller refs name: one
+    pass over the pods instead of one per job."""
+    out: dict[tuple[str, str, str, str], list[Resource]] = {}
+    for pod in snapshot.of("Pod"):
+        keys = {
+            (pod.ref.namespace, kind, _group_of(str(ref.get("apiVersion", ""))), name)
+            for ref in map(as_mapping, as_list(pod.metadata.get("ownerReferences")))
+            if ref.get("controller") is True
+            and isinstance(kind := ref.get("kind"), str)
+            and isinstance(name := ref.get("name"), str)
+        }
+        for key in keys:
+            out.setdefault(key, []).append(pod)
+    return {key: tuple(pods) for key, pods in out.items()}
 
 
 def pod_is_active(pod: Resource) -> bool:

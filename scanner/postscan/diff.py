@@ -1,7 +1,9 @@
 """Comparing two reports finding by finding: what is new, resolved, unchanged.
 
 Findings are matched by their `fingerprint` (check id, object and field; see
-gpu_audit.report.fingerprint), so a changed message or severity does not make a finding new.
+gpu_audit.report.fingerprint), so a changed message or severity does not make a finding new;
+a finding whose severity changed (the evidence changed: more GPUs, a workload now serving) is
+`severity_changed`, with its `old_severity`, not unchanged.
 Exempted findings take part too (flagged `exempted`): an accepted finding still exists, and
 accepting one is not resolving it. An old finding that is gone from the new report because
 its check was not evaluated there (input missing, check skipped or raising) is `not_rechecked`,
@@ -20,7 +22,7 @@ from gpu_audit.errors import InputError
 from gpu_audit.model import Severity
 from gpu_audit.report import SCHEMA_VERSION, Document, finding_order, load_report
 
-DIFF_SCHEMA_VERSION = "1.0"
+DIFF_SCHEMA_VERSION = "1.1"  # 1.1: severity_changed
 DIFF_SCHEMA_FILE = Path(__file__).parents[1] / "schema" / "diff.schema.json"
 _EVALUATED = ("passed", "failed")
 _SEVERITIES = frozenset(s.value for s in Severity)
@@ -121,15 +123,26 @@ def _sorted(items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def compare(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """The `summary` and `findings` {new, resolved, unchanged, not_rechecked} of two
-    comparable reports. Unchanged findings are given as the new report has them."""
+    """The `summary` and `findings` {new, resolved, unchanged, severity_changed,
+    not_rechecked} of two comparable reports. Findings in both are given as the new report
+    has them; those whose severity changed also carry the `old_severity`."""
     before, after = _items(old), _items(new)
     evaluated = {c["id"] for c in new["checks"] if c["status"] in _EVALUATED}
     gone = [before[fp] for fp in before.keys() - after.keys()]
+    kept = sorted(after.keys() & before.keys())
     groups = {
         "new": _sorted([after[fp] for fp in after.keys() - before.keys()]),
         "resolved": _sorted([f for f in gone if f["check_id"] in evaluated]),
-        "unchanged": _sorted([after[fp] for fp in after.keys() & before.keys()]),
+        "unchanged": _sorted(
+            [after[fp] for fp in kept if after[fp]["severity"] == before[fp]["severity"]]
+        ),
+        "severity_changed": _sorted(
+            [
+                {**after[fp], "old_severity": before[fp]["severity"]}
+                for fp in kept
+                if after[fp]["severity"] != before[fp]["severity"]
+            ]
+        ),
         "not_rechecked": _sorted([f for f in gone if f["check_id"] not in evaluated]),
     }
     counted_new = Counter(f["severity"] for f in groups["new"] if not f["exempted"])

@@ -51,6 +51,12 @@ class LiveError(Exception):
     """The cluster cannot be scanned at all: unreachable, or the credentials are rejected."""
 
 
+class ConfigError(LiveError):
+    """The connection cannot even be configured: no kubeconfig, a --kubeconfig file that does
+    not exist or does not parse, an unknown --context, no in-cluster service account. A usage
+    problem (the command line exits 2), not a cluster that could not be read."""
+
+
 @dataclass(frozen=True, slots=True)
 class Connection:
     kubeconfig: str | None = None
@@ -252,7 +258,7 @@ def _api_client(connection: Connection) -> tuple[Any, str, str]:
         where = (
             "in-cluster service account" if in_cluster else (connection.kubeconfig or "kubeconfig")
         )
-        raise LiveError(f"cannot load {where}: {exc}") from None
+        raise ConfigError(f"cannot load {where}: {exc}") from None
     # urllib3 would retry a timed-out GET three times, each with the whole timeout: _Client
     # retries instead, and only while the deadline leaves time.
     configuration.retries = False

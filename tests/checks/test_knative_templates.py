@@ -29,6 +29,7 @@ from tests.builders import (
     run_check_on,
     verdicts,
 )
+from tests.json_patch import remediated
 
 API = "serving.knative.dev/v1"
 VLLM = "vllm/vllm-openai:v0.8.5"
@@ -101,11 +102,13 @@ def test_the_same_pod_spec_problem_is_the_same_finding_on_the_knative_service(
 
 def test_a_fix_is_a_patch_of_the_revision_template() -> None:
     spec = PROBLEMS["no-dev-shm-tensor-parallel"][1]
-    (finding,) = run_check_on("GPU-WL-003", [ksvc("llm", spec)]).findings
+    service = ksvc("llm", spec)
+    (finding,) = run_check_on("GPU-WL-003", [service]).findings
     assert finding.result.path == "spec.template.spec.containers[0]"
     assert "Service ml/llm (revision) container llm" in finding.result.message
-    patch = yaml.safe_load(finding.remediation)
-    assert patch["spec"]["template"]["spec"]["volumes"][0]["emptyDir"]["medium"] == "Memory"
+    fixed = remediated(finding.remediation, service)["spec"]["template"]["spec"]
+    assert fixed["volumes"][0]["emptyDir"]["medium"] == "Memory"
+    assert fixed["containers"][0]["volumeMounts"][-1]["mountPath"] == "/dev/shm"
 
 
 def test_what_knative_adds_to_the_revision_pod() -> None:

@@ -21,6 +21,7 @@ from tests.builders import (
     pod_spec,
     run_check_on,
 )
+from tests.json_patch import remediated
 
 ISVC_API = "serving.kserve.io/v1beta1"
 RUNTIME_API = "serving.kserve.io/v1alpha1"
@@ -97,9 +98,10 @@ def test_a_model_container_fix_is_a_patch_of_spec_predictor_model() -> None:
         {"model": {"modelFormat": {"name": "pytorch"}, "image": FLOATING, "resources": GPU_LIMIT}},
     )
     (finding,) = run_check_on("GPU-WL-006", [model]).findings
-    patch = yaml.safe_load(finding.remediation)
-    assert patch["spec"]["predictor"]["model"]["image"].startswith("pytorch/torchserve-kfs:")
-    assert "containers" not in patch["spec"]["predictor"]
+    fixed = remediated(finding.remediation, model)["spec"]["predictor"]
+    assert fixed["model"]["image"].startswith("pytorch/torchserve-kfs:")
+    assert fixed["model"]["modelFormat"] == {"name": "pytorch"}
+    assert "containers" not in fixed
     framework = isvc(
         "llm-fw",
         {
@@ -111,8 +113,9 @@ def test_a_model_container_fix_is_a_patch_of_spec_predictor_model() -> None:
         },
     )
     (privileged,) = run_check_on("GPU-WL-005", [framework]).findings
-    patch = yaml.safe_load(privileged.remediation.split("# Enforce it")[0])
-    assert patch["spec"]["predictor"]["pytorch"]["securityContext"]["privileged"] is False
+    fixed = remediated(privileged.remediation, framework)["spec"]["predictor"]["pytorch"]
+    assert fixed["securityContext"]["privileged"] is False
+    assert fixed["image"] == FLOATING
 
 
 # --------------------------------------------------------------------------- derivation

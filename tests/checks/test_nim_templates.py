@@ -25,6 +25,7 @@ from tests.builders import (
     run_check_on,
     verdicts,
 )
+from tests.json_patch import remediated
 
 NIM_API = "apps.nvidia.com/v1alpha1"
 REPOSITORY = "nvcr.io/nim/meta/llama-3.1-8b-instruct"
@@ -107,29 +108,27 @@ def test_a_nim_service_without_the_gpu_taint_toleration_is_reported_like_a_deplo
     assert verdicts(run_check_on("GPU-SCHED-001", [node, tolerant])) == [
         ("NIMService ml/llm", Outcome.PASS, None)
     ]
-    (fix,) = run_check_on("GPU-SCHED-001", [node, nim_service()]).findings
-    assert list(yaml.safe_load(fix.remediation)["spec"]) == ["tolerations"]
+    nim = nim_service()
+    (fix,) = run_check_on("GPU-SCHED-001", [node, nim]).findings
+    fixed = remediated(fix.remediation, nim)["spec"]
+    assert fixed == {**nim["spec"], "tolerations": fixed["tolerations"]}
+    assert fixed["tolerations"][-1]["operator"] == "Exists"
 
 
 def test_a_nim_container_fix_is_a_patch_of_the_nim_service_spec() -> None:
-    (finding,) = run_check_on(
-        "GPU-WL-001", [nim_service(resources={"requests": {"nvidia.com/gpu": 1}})]
-    ).findings
+    nim = nim_service(resources={"requests": {"nvidia.com/gpu": 1}})
+    (finding,) = run_check_on("GPU-WL-001", [nim]).findings
     assert "NIMService ml/llm (nim) container llm-ctr" in finding.result.message
-    patch = yaml.safe_load(finding.remediation)
-    assert patch == {
-        "spec": {
-            "resources": {
-                "requests": {"nvidia.com/gpu": 1},
-                "limits": {"nvidia.com/gpu": 1},
-            }
-        }
+    assert remediated(finding.remediation, nim)["spec"]["resources"] == {
+        "requests": {"nvidia.com/gpu": 1},
+        "limits": {"nvidia.com/gpu": 1},
     }
-    (secret,) = run_check_on(
-        "GPU-SEC-001", [nim_service(env=[{"name": "HF_TOKEN", "value": TOKEN}])]
-    ).findings
-    env = yaml.safe_load(secret.remediation)["spec"]["env"]
-    assert env[0]["valueFrom"]["secretKeyRef"]["name"] == "hf-token"
+    nim = nim_service(env=[{"name": "HF_TOKEN", "value": TOKEN}])
+    (secret,) = run_check_on("GPU-SEC-001", [nim]).findings
+    env = remediated(secret.remediation, nim)["spec"]["env"]
+    assert env == [
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "value"}}}
+    ]
 
 
 # --------------------------------------------------------------------------- what the operator adds

@@ -16,6 +16,7 @@ from gpu_audit.model import Severity
 from gpu_audit.snapshot import Snapshot
 from gpu_audit.sources.files import STDIN, load_files
 from tests.builders import Doc, container, pod, pod_spec, run_check_on
+from tests.json_patch import remediated
 
 NOTEBOOK_IMAGE = "kubeflownotebookswg/jupyter-pytorch-cuda-full:v1.9.0"
 TOKEN = "hf_" + "Zq8Wx2Lm" * 5  # a Hugging Face token shape, not a real one
@@ -154,5 +155,6 @@ def test_the_statefulset_and_pod_the_controller_creates_are_judged_through_the_n
     assert [str(t.owner.ref) for t in pod_templates(snapshot)] == ["Notebook team-a/nb"]
     (finding,) = run_check_on("GPU-WL-001", [nb, sts, running]).findings
     assert str(finding.result.ref) == "Notebook team-a/nb"
-    patch = yaml.safe_load(finding.remediation)
-    assert patch["spec"]["template"]["spec"]["containers"][0]["name"] == "nb"
+    fixed = remediated(finding.remediation, nb)["spec"]["template"]["spec"]["containers"][0]
+    assert fixed["name"] == "nb"
+    assert fixed["resources"]["limits"] == fixed["resources"]["requests"]

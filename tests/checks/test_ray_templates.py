@@ -27,6 +27,7 @@ from tests.builders import (
     run_check_on,
     verdicts,
 )
+from tests.json_patch import remediated
 
 RAY_API = "ray.io/v1"
 RAY_IMAGE = "rayproject/ray:2.46.0-gpu"
@@ -312,13 +313,17 @@ def test_what_kuberay_creates_is_judged_through_the_ray_resource() -> None:
 
 def test_a_head_fix_is_a_patch_of_the_ray_resource() -> None:
     spec = PROBLEMS["disk-backed-dev-shm"][1]
-    (finding,) = run_check_on("GPU-WL-003", [rayjob("j", IDLE, head=spec)]).findings
-    patch = yaml.safe_load(finding.remediation)
-    head = patch["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    job = rayjob("j", IDLE, head=spec)
+    (finding,) = run_check_on("GPU-WL-003", [job]).findings
+    fixed = remediated(finding.remediation, job)
+    head = fixed["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
     assert head["volumes"] == [
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}
     ]
-    # A worker group sits in a list: the fragment is given as it is, its path says where.
-    (finding,) = run_check_on("GPU-WL-003", [raycluster("w", spec)]).findings
+    # A worker group sits in a list: patched by index, guarded by a test of its group name.
+    cluster = raycluster("w", spec)
+    (finding,) = run_check_on("GPU-WL-003", [cluster]).findings
     assert finding.result.pod_spec_path == "spec.workerGroupSpecs[0].template.spec"
-    assert "volumes" in yaml.safe_load(finding.remediation)
+    group = remediated(finding.remediation, cluster)["spec"]["workerGroupSpecs"][0]
+    assert group["template"]["spec"]["volumes"][0]["emptyDir"]["medium"] == "Memory"
+    assert '"path": "/spec/workerGroupSpecs/0/groupName"' in finding.remediation

@@ -18,6 +18,7 @@ from gpu_audit.model import Severity
 from gpu_audit.snapshot import Snapshot
 from gpu_audit.sources.files import STDIN, load_files
 from tests.builders import Doc, container, deployment, pod, pod_spec, run_check_on
+from tests.json_patch import remediated
 
 API = "sparkoperator.k8s.io/v1beta2"
 IMAGE = "nvcr.io/nvidia/pytorch:24.08-py3"
@@ -118,11 +119,14 @@ def test_findings_point_at_the_spark_pod_spec_and_fixes_are_written_there() -> N
     assert "SparkApplication ml/etl (executor) container spark-kubernetes-executor" in (
         token.result.message
     )
-    (privileged,) = run_check_on("GPU-WL-005", [spark_app(**PROBLEMS["privileged"][2])]).findings
+    app = spark_app(**PROBLEMS["privileged"][2])
+    (privileged,) = run_check_on("GPU-WL-005", [app]).findings
     assert privileged.result.path == "spec.executor.securityContext.privileged"
-    patch = yaml.safe_load(privileged.remediation.split("# Enforce it")[0])
-    assert patch["spec"]["executor"]["securityContext"]["privileged"] is False
-    assert "containers" not in patch["spec"]["executor"]
+    fixed = remediated(privileged.remediation, app)["spec"]["executor"]
+    assert fixed["securityContext"]["privileged"] is False
+    assert "containers" not in fixed
+    # the GPU limit of the fix is the SparkPodSpec's gpu {name, quantity} (the webhook's addGPU)
+    assert fixed["gpu"] == {"name": "nvidia.com/gpu", "quantity": 1}
 
 
 def test_the_pods_are_built_as_spark_submit_and_the_webhook_build_them() -> None:

@@ -31,6 +31,7 @@ from tests.builders import (
     service,
     verdicts,
 )
+from tests.json_patch import remediated
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -268,16 +269,20 @@ def test_what_the_controllers_create_is_judged_through_the_custom_resource() -> 
 
 def test_pod_spec_remediations_name_where_the_template_is() -> None:
     spec = PROBLEMS["no-dev-shm-multi-gpu-nccl"][1]
-    (lws_fix,) = run_check_on("GPU-WL-003", [leader_worker_set("w", spec)]).findings
-    # No list on the way: a patch of the LeaderWorkerSet, nested under its worker template.
-    body = yaml.safe_load(lws_fix.remediation)
-    assert "volumes" in body["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
-    (jobset_fix,) = run_check_on("GPU-WL-003", [jobset("w", replicated_job("r", spec))]).findings
-    # Through spec.replicatedJobs[0]: a JSON merge patch (what `kubectl patch` sends to a
-    # custom resource) cannot address one item of a list, it would replace the whole list;
-    # the fragment is shown as it is, and the finding's path says where it goes.
+    lws = leader_worker_set("w", spec)
+    (lws_fix,) = run_check_on("GPU-WL-003", [lws]).findings
+    # A JSON patch of the LeaderWorkerSet (a custom resource takes no strategic merge patch),
+    # at its worker template.
+    fixed = remediated(lws_fix.remediation, lws)["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+    assert fixed["spec"]["volumes"][-1]["emptyDir"]["medium"] == "Memory"
+    assert fixed["spec"]["containers"][0]["image"] == spec["containers"][0]["image"]
+    job = jobset("w", replicated_job("r", spec))
+    (jobset_fix,) = run_check_on("GPU-WL-003", [job]).findings
+    # Through spec.replicatedJobs[0]: by index, guarded by a test of the replicated job's name.
     assert jobset_fix.result.path.startswith("spec.replicatedJobs[0].template.spec.template.spec")
-    assert "volumes" in yaml.safe_load(jobset_fix.remediation)
+    assert '"path": "/spec/replicatedJobs/0/name", "value": "r"' in jobset_fix.remediation
+    pod = remediated(jobset_fix.remediation, job)["spec"]["replicatedJobs"][0]["template"]
+    assert pod["spec"]["template"]["spec"]["volumes"][-1]["emptyDir"]["medium"] == "Memory"
     assert "(r) container train" in jobset_fix.result.message
 
 

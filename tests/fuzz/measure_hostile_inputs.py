@@ -1,13 +1,16 @@
 """Time and peak memory of `gpu-audit scan` on hostile input sizes (figures for README, Limits).
 
-    python tests/fuzz/measure_hostile_inputs.py [--dir /tmp/gpu-audit-hostile]
+    python tests/fuzz/measure_hostile_inputs.py [--dir /tmp/gpu-audit-hostile] [--load-only]
 
 Generates the inputs under --dir (never in the repository): a 1 GiB file, the same on stdin,
-a million tiny documents, Pod dumps of growing size, a 10,000-pod cluster of
-benchmarks/generate.py as `kubectl get -o json` and `-o yaml` print it, 10 and 40 MiB of
+a million tiny documents, Pod dumps of growing size, the 10,000- and 50,000-pod clusters of
+benchmarks/generate.py as `kubectl get -o json` and `-o yaml` print them, 10 and 40 MiB of
 `a: b` lines, and the shapes that cost the most memory per byte; runs each scan in its own
-process and prints exit code, seconds, peak RSS and peak RSS per MiB of input. Several GB of
-disk, a few minutes.
+process and prints exit code, wall and CPU seconds (on a shared machine the CPU time is the
+steadier figure), peak RSS and peak RSS per MiB of input. With
+--load-only, each process only calls `load_files` (the loader's own figures: README,
+"Limits"); PYTHONPATH pointing at an older tree's packages measures that tree's loader. Several
+GB of disk, a few minutes.
 """
 
 from __future__ import annotations
@@ -75,7 +78,8 @@ def _generate(directory: Path) -> list[tuple[str, Path, bool]]:
             if not path.exists():
                 _write_pods(path, count, fmt)
             cases.append((f"{count} Pods as {fmt}", path, False))
-    cases.extend(_cluster_dumps(directory))
+    for count in (10_000, 50_000):
+        cases.extend(_cluster_dumps(directory, count))
     # One line repeated: (label, file, line, MiB). The last three cost the most per byte.
     repeated = [
         ("`a: b` lines", "ab-10.yaml", "a: b\n", 10),
@@ -93,15 +97,16 @@ def _generate(directory: Path) -> list[tuple[str, Path, bool]]:
     return cases
 
 
-def _cluster_dumps(directory: Path) -> list[tuple[str, Path, bool]]:
-    """The 10,000-pod cluster of benchmarks/generate.py as JSON, and the same as block YAML
+def _cluster_dumps(directory: Path, pods: int) -> list[tuple[str, Path, bool]]:
+    """The cluster of `pods` pods of benchmarks/generate.py as JSON, and the same as block YAML
     (the layout of `kubectl get -o yaml`). Both are written by child processes: a scan forked
     from a process that once held the dump would inherit its peak RSS (ru_maxrss survives
     fork and exec)."""
-    as_json, as_yaml = directory / "cluster-10k.json", directory / "cluster-10k.yaml"
+    stem = f"cluster-{pods // 1000}k"
+    as_json, as_yaml = directory / f"{stem}.json", directory / f"{stem}.yaml"
     if not as_yaml.exists():
         generate = Path(__file__).resolve().parents[2] / "benchmarks" / "generate.py"
-        command = [sys.executable, str(generate), "--pods", "10000", "--output", str(as_json)]
+        command = [sys.executable, str(generate), "--pods", str(pods), "--output", str(as_json)]
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         convert = (
             "import json, sys, yaml\n"
@@ -109,13 +114,31 @@ def _cluster_dumps(directory: Path) -> list[tuple[str, Path, bool]]:
             "    yaml.dump(json.load(open(sys.argv[1])), out, Dumper=yaml.CSafeDumper)\n"
         )
         subprocess.run([sys.executable, "-c", convert, str(as_json), str(as_yaml)], check=True)
-    return [("10,000-pod cluster, JSON", as_json, False), ("the same as YAML", as_yaml, False)]
+    label = f"{pods:,}-pod cluster"
+    return [(f"{label}, JSON", as_json, False), (f"{label}, YAML", as_yaml, False)]
 
 
-def _run(path: Path, stdin: bool) -> tuple[int, float, float, str]:
-    """Exit code, seconds, peak RSS in MiB, last stderr line of one scan in a fresh process."""
-    command = [sys.executable, "-m", "gpu_audit", "scan", "--no-plugins", "-o", "json"]
-    command += ["--output-file", os.devnull, "--from-file", "-" if stdin else str(path)]
+# The loader alone: an InputError is exit 2, as in a scan.
+LOAD_ONLY = (
+    "import sys\n"
+    "from gpu_audit.errors import InputError\n"
+    "from gpu_audit.sources.files import load_files\n"
+    "try:\n"
+    "    load_files([sys.argv[1]])\n"
+    "except InputError as exc:\n"
+    "    print(exc.problems[0], file=sys.stderr)\n"
+    "    sys.exit(2)\n"
+)
+
+
+def _run(path: Path, stdin: bool, load_only: bool) -> tuple[int, float, float, float, str]:
+    """Exit code, wall and CPU seconds, peak RSS in MiB, last stderr line of one scan (or of
+    the loader alone) in a fresh process."""
+    if load_only:
+        command = [sys.executable, "-c", LOAD_ONLY, "-" if stdin else str(path)]
+    else:
+        command = [sys.executable, "-m", "gpu_audit", "scan", "--no-plugins", "-o", "json"]
+        command += ["--output-file", os.devnull, "--from-file", "-" if stdin else str(path)]
     started = time.monotonic()
     with path.open("rb") as source:
         proc = subprocess.Popen(
@@ -129,19 +152,25 @@ def _run(path: Path, stdin: bool) -> tuple[int, float, float, str]:
         _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.monotonic() - started
     last = err.strip().splitlines()[-1] if err.strip() else ""
-    return os.waitstatus_to_exitcode(status), elapsed, usage.ru_maxrss / 1024, last
+    cpu = usage.ru_utime + usage.ru_stime
+    return os.waitstatus_to_exitcode(status), elapsed, cpu, usage.ru_maxrss / 1024, last
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=Path("/tmp/gpu-audit-hostile"))
+    parser.add_argument("--load-only", action="store_true", help="time load_files alone")
+    parser.add_argument("--only", help="the cases whose label holds this text")
     args = parser.parse_args()
     for label, path, stdin in _generate(args.dir):
-        code, seconds, rss, last = _run(path, stdin)
+        if args.only and args.only not in label:
+            continue
+        code, seconds, cpu, rss, last = _run(path, stdin, args.load_only)
         size = path.stat().st_size / 1024**2
         print(
-            f"{label:28} {size:8.0f} MiB  exit {code}  {seconds:6.1f} s  {rss:7.0f} MiB RSS"
-            f"  {rss / size:5.1f} per MiB"
+            f"{label:28} {size:8.0f} MiB  exit {code}  {seconds:6.1f} s ({cpu:6.1f} s CPU)"
+            f"  {rss:7.0f} MiB RSS  {rss / size:5.1f} per MiB",
+            flush=True,
         )
         if last:
             print(f"{'':30}{last[:150]}")

@@ -19,10 +19,12 @@ import json
 import math
 import os
 import tempfile
+import textwrap
 from collections import Counter
 from functools import cache
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -35,6 +37,8 @@ from gpu_audit.postscan.exemptions import apply_exemptions
 from gpu_audit.registry import load_checks
 from gpu_audit.report import build_report
 from gpu_audit.reports import RENDERERS
+from gpu_audit.reports.table import render_table
+from gpu_audit.reports.terminal import MAX_CHARS
 from gpu_audit.snapshot import Snapshot
 from gpu_audit.sources.files import STDIN, load_files
 
@@ -333,15 +337,20 @@ def objects_with_any_text(draw: st.DrawFn) -> tuple[list[dict[str, Any]], str]:
     category = draw(st.sampled_from((*CATEGORIES, "Cs", "Cs", "Cs")))  # surrogates more often
     text = draw(st.text(st.characters(categories=[category]), min_size=1, max_size=8))
     text = draw(st.sampled_from(("", "x"))) + text + draw(st.sampled_from(("", "y")))
+    _put_text(draw, draw(st.sampled_from(objects)), text)
+    return objects, text
+
+
+def _put_text(draw: st.DrawFn, obj: dict[str, Any], text: str) -> None:
+    """`text` in place of one string value or mapping key of `obj` (not an identity field)."""
     sites: list[tuple[Any, Any, bool]] = []
-    _string_sites(draw(st.sampled_from(objects)), (), sites)
+    _string_sites(obj, (), sites)
     if sites:
         container, key, is_key = draw(st.sampled_from(sites))
         if is_key:
             container[text] = container.pop(key)
         else:
             container[key] = text
-    return objects, text
 
 
 @FUZZ
@@ -384,3 +393,63 @@ def test_file_names_of_any_bytes(
         for resource in snapshot.all():
             resource.source.file.encode("utf-8")  # shown escaped, never as lone surrogates
         full_scan(snapshot, CASES["file names of any bytes"])
+
+
+# --------------------------------------------------------------------------- long strings
+
+# The longest text textwrap may be handed: a clipped value whose every character took the
+# longest escape (\uXXXX), plus the marker. Wrapping costs the square of a word's length.
+WRAP_BOUND = 6 * MAX_CHARS + 32
+
+
+@st.composite
+def objects_with_a_long_string(draw: st.DrawFn) -> tuple[list[dict[str, Any]], str]:
+    """A string of 100 KiB to 1.5 MiB (past the 1 MiB that redaction parses) in any string
+    field or key, the names the table shows on every row more often than the rest."""
+    objects = copy.deepcopy(list(draw(st.sampled_from(fixture_groups()))))
+    obj = draw(st.sampled_from(objects))
+    unit = draw(
+        st.sampled_from(("n", "a b ", "-", "x@y:", "\x1b]0;", "\u202e\U0001f600"))
+        | st.text(min_size=1, max_size=6)
+    )
+    size = draw(st.sampled_from((100 * 1024, 150 * 1024, 300 * 1024, 1536 * 1024)))
+    text = (unit * (size // len(unit) + 1))[:size]
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict) and draw(st.booleans()):
+        metadata[draw(st.sampled_from(("name", "namespace")))] = text
+    else:
+        _put_text(draw, obj, text)
+    return objects, text
+
+
+@FUZZ
+@given(objects_with_a_long_string(), st.sampled_from(("json", "yaml")))
+def test_long_strings_in_every_field_are_clipped_not_wrapped(
+    case: tuple[list[dict[str, Any]], str], fmt: str
+) -> None:
+    CASES["long strings in every field"] += 1
+    objects, text = case
+    document = {"apiVersion": "v1", "kind": "List", "items": objects}
+    data = (  # libyaml's emitter: PyYAML's own takes a second per MiB
+        json.dumps(document)
+        if fmt == "json"
+        else yaml.dump(document, Dumper=yaml.CSafeDumper, allow_unicode=True)
+    ).encode("utf-8", "surrogatepass")
+    snapshot = load_or_reject(data)
+    if snapshot is None:
+        return
+    runs = run_checks(checks().values(), snapshot)
+    errors = [f"{r.check.id}: {r.error_detail}" for r in runs if r.status is CheckStatus.ERROR]
+    assert not errors, "\n".join(errors)
+    original = textwrap.TextWrapper.wrap
+    handed: list[int] = []
+
+    def wrap(self: textwrap.TextWrapper, value: str) -> list[str]:
+        handed.append(len(value))
+        return original(self, value)
+
+    with mock.patch.object(textwrap.TextWrapper, "wrap", wrap):
+        table = render_table(build_report(snapshot, runs))
+    assert max(handed, default=0) <= WRAP_BOUND, f"textwrap handed {max(handed)} characters"
+    assert max(len(line) for line in table.splitlines()) <= 2 * WRAP_BOUND
+    assert text not in table

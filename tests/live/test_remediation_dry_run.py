@@ -12,7 +12,9 @@ not a silently dropped no-op:
 * a whole object (apiVersion + kind) is server-side applied, by another field manager than the
   fixture's, as a user's `kubectl apply` of a partial object would be;
 * a fragment is a patch of the object the finding names: strategic merge for built-in kinds,
-  JSON merge for custom resources (what `kubectl patch` does by default). Bare Pods and Jobs
+  JSON merge for custom resources (what `kubectl patch` does by default); a pod-spec fix of a
+  custom resource is a `kubectl patch --type=json` command instead (its JSON patch one
+  operation a line), checked as a command. Bare Pods and Jobs
   cannot take a pod-template patch (the template is immutable), so the fix is to recreate them:
   the fragment is merged into the object locally (by the merge keys of the pod-spec lists,
   honouring `$patch: delete`) and the result is created under a new name;
@@ -283,11 +285,15 @@ HEREDOC = re.compile(r"""\s*<<-?\s*(['"]?)(\w+)\1\s*$""")
 
 
 def command_lines(text: str) -> list[tuple[str, str]]:
-    """The shell lines of a remediation (comments dropped, continuations joined), each with
-    the here-document it reads as stdin ("" when none)."""
+    """The shell lines of a remediation (comments dropped, continuations joined, a quoted
+    word that spans lines kept whole: a JSON patch one operation a line), each with the
+    here-document it reads as stdin ("" when none)."""
     out: list[tuple[str, str]] = []
     lines = iter(text.splitlines())
     for raw in lines:
+        if out and open_quote(out[-1][0]):
+            out[-1] = (out[-1][0] + "\n" + raw, "")
+            continue
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
@@ -306,6 +312,16 @@ def command_lines(text: str) -> list[tuple[str, str]]:
                 pytest.fail(f"here-document {heredoc.group(2)} is not terminated:\n{text}")
             out[-1] = (out[-1][0][: heredoc.start()], "\n".join(body))
     return out
+
+
+def open_quote(line: str) -> bool:
+    """True when `line` ends inside a quoted word (the shell reads on; a trailing backslash
+    continues the line, which command_lines joins itself)."""
+    try:
+        shlex.split(line.removesuffix("\\"), comments=True)
+    except ValueError:
+        return True
+    return False
 
 
 def is_command(text: str) -> bool:

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpu_audit.cli import main
-from gpu_audit.reports.html import http_url, render_html, usage_segments
+from gpu_audit.reports.html import http_url, humanise, quantity, render_html, usage_segments
 
 
 class Elements(HTMLParser):
@@ -115,9 +115,14 @@ def test_overview_shows_the_documents_numbers(runner: CliRunner, sample_cluster:
         "score by namespace",
     ]
     text = "".join(parsed.text)
-    for row in score["categories"]:
+    for row in score["categories"]:  # each label whole, each score beside its coverage
+        assert f'<span class="bar-label">{row["title"]}</span>' in page.replace("&amp;", "&")
         if row["score"] is not None:
-            assert f"{row['title']}: {row['score']:.1f} · {row['grade']}" in text
+            cov = row["coverage"]
+            assert (
+                f"{row['score']:.1f} · {row['grade']} · "
+                f"{cov['evaluated']} of {cov['applicable']} checks evaluated"
+            ) in text
     assert len(parsed.with_class("finding")) == len(document["findings"])
     assert len(parsed.with_class("copy")) >= sum(
         bool(f["remediation"]) for f in document["findings"]
@@ -182,3 +187,18 @@ def test_usage_bar_splits_allocatable() -> None:
         ("idle", 0.5, 0.5),
     ]
     assert usage_segments({**counts, "allocatable": 0}) == ()
+
+
+def test_quantities_are_shown_as_people_read_them() -> None:
+    # 274877906944 bytes = 256 x 2^30; 31369508Ki = 32122376192 bytes = 29.92 x 2^30
+    assert quantity(274877906944, "memory") == "256Gi"
+    assert quantity("95690m", "cpu") == "95.69 cores" and quantity(1, "cpu") == "1 core"
+    assert (
+        quantity(8, "nvidia.com/gpu") == "8 GPUs" and quantity(1, "nvidia.com/mig-1g.10gb") == "1"
+    )
+    detail = "memory: wants 256Gi, allocatable 31369508Ki; cpu: wants 8, allocatable 3920m"
+    assert humanise(detail) == (
+        "memory: wants 256Gi, allocatable 29.9Gi; cpu: wants 8, allocatable 3.92 cores"
+    )
+    # "5m" outside a cpu clause is not millicores; small numbers stay
+    assert humanise("restarted 5m ago, 12345 times") == "restarted 5m ago, 12345 times"

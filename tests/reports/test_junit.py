@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import xmlschema
 from click.testing import CliRunner
 
 from gpu_audit.cli import main
@@ -17,6 +18,9 @@ from gpu_audit.reports.junit import render_junit
 
 EXEMPTED_POD = Path(__file__).resolve().parents[2] / "fixtures" / "reports" / "exempted-pod.yaml"
 COUNTS = ("tests", "failures", "errors", "skipped")
+# junit-10.xsd (tests/data) allows no `skipped` on testsuites; each testsuite has it.
+ROOT_COUNTS = ("tests", "failures", "errors")
+JUNIT_XSD = Path(__file__).resolve().parents[1] / "data" / "junit-10.xsd"
 
 
 def scan(runner: CliRunner, source: Path, out: Path) -> tuple[dict[str, Any], ET.Element]:
@@ -34,8 +38,8 @@ def sample(
     return scan(runner, sample_cluster, tmp_path)
 
 
-def counts(element: ET.Element) -> dict[str, int]:
-    return {name: int(element.attrib[name]) for name in COUNTS}
+def counts(element: ET.Element, names: tuple[str, ...] = COUNTS) -> dict[str, int]:
+    return {name: int(element.attrib[name]) for name in names}
 
 
 def tally(cases: list[ET.Element]) -> dict[str, int]:
@@ -51,7 +55,9 @@ def assert_counts_add_up(root: ET.Element) -> None:
     assert root.tag == "testsuites"
     for suite in root.findall("testsuite"):
         assert counts(suite) == tally(suite.findall("testcase"))
-    assert counts(root) == tally(root.findall("testsuite/testcase"))
+    whole = tally(root.findall("testsuite/testcase"))
+    assert counts(root, ROOT_COUNTS) == {name: whole[name] for name in ROOT_COUNTS}
+    assert "skipped" not in root.attrib
 
 
 def test_suites_cases_and_counts(sample: tuple[dict[str, Any], ET.Element]) -> None:
@@ -61,7 +67,7 @@ def test_suites_cases_and_counts(sample: tuple[dict[str, Any], ET.Element]) -> N
     assert [s.get("name") for s in root.findall("testsuite")] == [
         f"gpu-audit.{c}" for c in categories
     ]
-    totals = counts(root)
+    totals = tally(root.findall("testsuite/testcase"))
     assert totals["failures"] == document["summary"]["findings"] > 0
     assert totals["errors"] == document["summary"]["checks"]["error"] == 0
     assert totals["skipped"] == document["summary"]["checks"]["not_evaluated"]
@@ -144,7 +150,29 @@ def test_a_check_that_raised_is_an_error(sample: tuple[dict[str, Any], ET.Elemen
     (case,) = [c for c in root.iter("testcase") if c.get("classname") == check["id"]]
     error = case.find("error")
     assert error is not None and error.get("message") == "raised KeyError: 'spec'"
-    assert counts(root)["errors"] == 1
+    assert counts(root, ROOT_COUNTS)["errors"] == 1
+    assert_valid_junit(render_junit(document))
+
+
+def assert_valid_junit(text: str) -> None:
+    """Valid against the Jenkins xUnit plugin's junit-10.xsd (the schema pytest checks its
+    own JUnit XML against), every error listed."""
+    schema = xmlschema.XMLSchema(str(JUNIT_XSD))
+    errors = [f"{e.path}: {e.reason}" for e in schema.iter_errors(text)]
+    assert errors == []
+
+
+def test_the_junit_file_is_valid_against_junit_10_xsd(
+    runner: CliRunner, sample_cluster: Path, tmp_path: Path
+) -> None:
+    # The sample (failures, passes, not evaluated checks) and a report with an exempted
+    # finding (skipped testcases).
+    for source in (sample_cluster, EXEMPTED_POD):
+        out = tmp_path / source.stem
+        scan(runner, source, out)
+        text = (out / "report.junit.xml").read_text(encoding="utf-8")
+        assert_valid_junit(text)
+        assert "<skipped" in text and "<failure" in text
 
 
 def test_text_xml_cannot_hold_is_escaped_not_dropped(

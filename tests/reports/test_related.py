@@ -89,7 +89,7 @@ def _as_1_1(document: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_json_lists_the_victims_of_the_cause(document: dict[str, Any]) -> None:
-    assert document["schema_version"] == SCHEMA_VERSION == "1.2"
+    assert document["schema_version"] == SCHEMA_VERSION == "1.3"
     assert _cause(document)["related"] == SYMPTOMS
     # Every finding has the key, an empty list when nothing is related.
     assert all(isinstance(f["related"], list) for f in document["findings"])

@@ -77,6 +77,7 @@ def test_findings_are_new_resolved_or_unchanged(tmp_path: Path) -> None:
         "new": 1,
         "resolved": 1,
         "unchanged": 1,
+        "severity_changed": 0,
         "not_rechecked": 0,
         "new_by_severity": {"critical": 0, "high": 1, "medium": 0, "low": 0, "info": 0},
     }

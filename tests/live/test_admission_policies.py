@@ -278,6 +278,24 @@ class Admission:
         for obj in objects:
             self.request("DELETE", f"{policy_path(obj)}/{obj['metadata']['name']}")
 
+    def wait_inactive(self, probes: Mapping[str, Case]) -> None:
+        """Submit each check's probe until no answer shows its policy: the apiserver drops a
+        deleted policy from its cache a moment later, and the live tests that run next create
+        GPU pods that a lingering Deny policy would refuse."""
+        deadline = time.monotonic() + ACTIVE_TIMEOUT_S
+        pending = dict(probes)
+        while pending:
+            for check_id, case in sorted(pending.items()):
+                answer = self.submit(exempted(case, check_id))
+                if check_id not in answer.message and check_id not in warned_checks(answer):
+                    del pending[check_id]
+            if pending and time.monotonic() > deadline:
+                pytest.fail(
+                    f"policies still in force after {ACTIVE_TIMEOUT_S:.0f}s: {sorted(pending)}"
+                )
+            if pending:
+                time.sleep(0.2)
+
     def wait_active(self, probes: Mapping[str, Case], deny: bool) -> None:
         """Submit each check's probe until the answer shows its policy in force (a warning
         naming it, or a denial naming it), not a blind sleep. The probe is exempted from the
@@ -334,6 +352,8 @@ def admission(control_plane: ControlPlane, kube_request: KubeRequest) -> Iterato
         yield cluster
     finally:
         cluster.remove(objects)
+        if cluster.baselined:
+            cluster.wait_inactive(probes(cluster))
 
 
 # --------------------------------------------------------------------------- the tests

@@ -38,7 +38,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Context, Decimal
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -137,16 +137,19 @@ def _number(value: Decimal, places: int) -> float | int:
     return int(rounded) if rounded == rounded.to_integral_value() else float(rounded)
 
 
-# Wide enough for any count a quantity allows (2^63 GPUs x 2^63 replicas is 39 digits): round()
-# in the default 28-digit context raises InvalidOperation on such numbers (found by the fuzzer).
-_WIDE = Context(prec=100)
+# Rounding to a few places in the default 28-digit context raises InvalidOperation on counts
+# of more digits (a JSON replica count may have 300; found by the fuzzer): round them in a
+# context that holds any number of digits.
+_WIDE = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 
 def _rounded(value: Decimal, places: int) -> Decimal:
     return value.quantize(Decimal(1).scaleb(-places), context=_WIDE)
 
 
-def cost_per_day(impact: Mapping[str, Any], prices: Mapping[str, Decimal] | None) -> float | None:
+def cost_per_day(
+    impact: Mapping[str, Any], prices: Mapping[str, Decimal] | None
+) -> float | int | None:
     """$ a day of a finding's `impact` document at these $/GPU-hour prices: null without
     prices, or when GPU-hours of a product without a price (or of no known product) count."""
     if prices is None:
@@ -160,7 +163,9 @@ def cost_per_day(impact: Mapping[str, Any], prices: Mapping[str, Decimal] | None
         if price is None:
             return None
         total += hours * price
-    return float(_rounded(total, 2))
+    rounded = _rounded(total, 2)
+    # Beyond a float's range (absurd counts, but valid JSON must come out): the whole number.
+    return float(rounded) if rounded.adjusted() < 300 else int(rounded)
 
 
 # --------------------------------------------------------------------------- GPU units

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import json
-from decimal import Context, Decimal
+from decimal import Context, Decimal, localcontext
 from pathlib import Path
 from typing import Any
 
@@ -270,10 +270,19 @@ def test_render_prices_a_saved_report(runner: CliRunner, repo_root: Path, tmp_pa
 
 
 def test_counts_beyond_the_default_decimal_precision_are_reported_whole() -> None:
-    # Found by the fuzzer: 2^63-1 replicas of 2^63-1 GPUs made round() raise InvalidOperation.
-    most = 2**63 - 1
-    spec = pod_spec(container(gpus=most), nodeSelector=A100)
-    snap = snapshot(deployment("huge", spec, replicas=most), gpu_node("a100-1", 8, A100))
+    # Found by the fuzzer: counts of more than 28 digits made round() raise InvalidOperation.
+    replicas = int("9" * 300)  # JSON holds integers up to a float's range
+    gpus = 2**63 - 1  # the largest quantity
+    spec = pod_spec(container(gpus=gpus), nodeSelector=A100)
+    snap = snapshot(deployment("huge", spec, replicas=replicas), gpu_node("a100-1", 8, A100))
     found = impact(snap, "Deployment", "huge")
-    assert found["gpus"] == int(Decimal(most * most).normalize(Context(prec=28)))
-    assert found["cost_per_day"] == pytest.approx(found["gpus"] * 24 * 4)  # $4/A100-hour
+    # Whole numbers, right to the 28 digits the arithmetic keeps, and JSON can hold them.
+    assert isinstance(found["gpus"], int) and isinstance(found["cost_per_day"], int)
+    assert _close(found["gpus"], replicas * gpus)
+    assert _close(found["cost_per_day"], replicas * gpus * 24 * 4)  # $4 an A100-hour
+    json.loads(json.dumps(found, allow_nan=False))
+
+
+def _close(value: int, exact: int) -> bool:
+    with localcontext(Context(prec=1000)):
+        return abs(Decimal(value) - Decimal(exact)) <= Decimal(exact) * Decimal("1e-25")

@@ -11,6 +11,7 @@ except under CI=true).
 from __future__ import annotations
 
 import json
+import shutil
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,11 +34,17 @@ LAPTOP, PHONE = (1366, 768), (390, 844)
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    """The sample's HTML report, as the README's scan writes it, and its JSON."""
+    """The sample's HTML report, as the README's scan writes it, and its JSON.
+
+    The sample is scanned from a deep checkout path, as CI's is: each finding shows its source
+    file, and an unbroken path once pushed a phone's page 210 px wider than the screen.
+    """
     out = tmp_path_factory.mktemp("fix-first")
+    checkout = out / "a-ci-runner-workspace-with-a-long-name" / ("x" * 40) / "fixtures" / "sample"
+    shutil.copytree(SAMPLE, checkout)
     runner = CliRunner()
     page = out / "sample.html"
-    args = ["scan", "--from-file", str(SAMPLE)]
+    args = ["scan", "--from-file", str(checkout)]
     result = runner.invoke(main, [*args, "--format", "html", "--output-file", str(page)])
     assert result.exit_code == 0, result.output
     document = runner.invoke(main, [*args, "--format", "json"])

@@ -110,8 +110,12 @@ _SECRET_FLAG_WORD = re.compile(r"(^|_)(KEY|KEYS|APIKEY)($|_)")
 _NOT_SECRET_NAME = re.compile(
     r"TOKENIZERS_PARALLELISM|MAX_.*TOKENS|_TOKENS$|NUM_.*TOKENS|"
     r"_(FILE|PATH|DIR|URL|URI|ENDPOINT|REGION|ID|MODE|TYPE|METHOD|ENABLED|HEADER|NAME|REF|"
-    r"NAMESPACE)$|TOKEN_LIMIT|HF_HUB_ENABLE_HF_TRANSFER|^(ENABLE|DISABLE)_|_(ENABLE|DISABLE)_"
+    r"NAMESPACE|ENV|ENV_VAR|VAR)$|TOKEN_LIMIT|HF_HUB_ENABLE_HF_TRANSFER|^(ENABLE|DISABLE)_|_(ENABLE|DISABLE)_"
 )
+# A PEM block's BEGIN line is followed by its key (or the headers of an encrypted one). A BEGIN
+# line that ends a quoted string is a shell word, not a block: a frame printed around "$KEY",
+# a grep for the line.
+_KEY_MATERIAL = r"(?![\"'`])"
 # Well-known token shapes, each after a non-alphanumeric character, and the start of a PEM
 # private key. An sk- key has an upper-case letter: sk-learn-server, a lower-case object name,
 # is not one.
@@ -120,7 +124,7 @@ _SHAPE = (
     r"gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}|xox[abeprs]-[A-Za-z0-9-]{10,}|"
     r"(?:AKIA|ASIA)[0-9A-Z]{16}|nvapi-[A-Za-z0-9_-]{20,}|glpat-[A-Za-z0-9_-]{20,}|"
     r"eyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]*)|"
-    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----)"
+    rf"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----{_KEY_MATERIAL})"
 )
 _SHAPES = re.compile(_SHAPE)
 _SHAPE_PREFIXES = (
@@ -130,7 +134,7 @@ _SHAPE_PREFIXES = (
 # Each pass of redact_text starts with a literal or a short set of first characters, so that
 # the regex engine skips ahead in C: one regex of alternatives costs ~1 us per character.
 _PEM = re.compile(
-    r"-----BEGIN (?P<label>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----.*?"
+    rf"-----BEGIN (?P<label>[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?)-----{_KEY_MATERIAL}.*?"
     r"(?:-----END (?P=label)-----|\Z)",
     re.DOTALL,
 )
@@ -284,9 +288,11 @@ def _credential(value: str, words_are_prose: bool) -> bool:
     inner = value.strip()
     if len(inner) >= 2 and inner[0] == inner[-1] and inner[0] in "\"'":
         inner = inner[1:-1]
-    # `false}` ends a flow mapping: {automountServiceAccountToken: false}.
+    # `false}` ends a flow mapping: {automountServiceAccountToken: false}. A command
+    # substitution, TOKEN="$(cat /run/secrets/t)", runs a command: its output is no literal.
     return (
-        not _kept(inner)
+        not inner.startswith(("$(", "`"))
+        and not _kept(inner)
         and not _kept(inner.rstrip("}]),;"))
         and not (words_are_prose and _WORD.fullmatch(inner) is not None)
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from gpu_audit.model import Outcome, Severity
+from gpu_audit.redact import redact_text
 from tests.builders import config_map, container, pod, pod_spec, run_check_on
 
 # Made-up values shaped like real ones.
@@ -102,10 +103,9 @@ def test_configmap_of_lookalikes_passes() -> None:
     assert [r.outcome for r in run.results] == [Outcome.PASS]
 
 
-# Look-alikes that only scanner/redact.py can tell apart: the loader replaces them whole, and
-# the REDACTED left looks like a real literal. Each fails until redact.py keeps them (then the
-# strict xfail turns into a failure: drop the mark).
-NEEDS_REDACT_CHANGE = {
+# Look-alikes that only scanner/redact.py can tell apart: were the loader to replace them whole,
+# the REDACTED left would look like a real literal.
+KEPT_BY_THE_LOADER = {
     # A PEM frame around a variable holds no key material.
     "pem-frame.sh": 'printf "%s\\n" "-----BEGIN PRIVATE KEY-----" "$KEY" "-----END PRIVATE KEY-----"\n',
     "pem-check.sh": 'grep -q "BEGIN RSA PRIVATE KEY" k.pem || grep -q "-----BEGIN PRIVATE KEY-----" k.pem\n',
@@ -129,10 +129,10 @@ def test_url_user_names_without_a_password_are_not_credentials(key: str) -> None
     assert flagged({key: USER_NAMES[key]}, redact=True) == {}
 
 
-@pytest.mark.xfail(strict=True, reason="needs scanner/redact.py to keep these look-alikes")
-@pytest.mark.parametrize("key", sorted(NEEDS_REDACT_CHANGE))
-def test_lookalikes_the_loader_redacts_whole(key: str) -> None:
-    assert flagged({key: NEEDS_REDACT_CHANGE[key]}, redact=True) == {}
+@pytest.mark.parametrize("key", sorted(KEPT_BY_THE_LOADER))
+def test_lookalikes_the_loader_keeps(key: str) -> None:
+    assert flagged({key: KEPT_BY_THE_LOADER[key]}, redact=True) == {}
+    assert redact_text(KEPT_BY_THE_LOADER[key]) == KEPT_BY_THE_LOADER[key]
 
 
 def test_numeric_redis_password_is_a_credential() -> None:

@@ -1,7 +1,7 @@
 """Time each stage of an offline scan in one process: load, index, checks, diagnostics, render.
 
 The stages are those of `gpu-audit scan --from-file FILE -o json` (scanner/cli.py), called
-in the same order, so the shares add up to the scan: `load` reads, parses, validates and
+in the same order with the garbage collector paused and frozen as gpu_audit.scan.run_scan does, so the shares add up to the scan: `load` reads, parses, validates and
 redacts the documents; `index` is the Snapshot's construction at the end of the load (its
 type, name and label indexes; the indexes checks derive from it are built lazily, in
 `checks`); `render` builds the report and its JSON text. With --profile, a cProfile of the
@@ -23,12 +23,14 @@ from typing import Any, TypeVar
 
 from gpu_audit.diagnostics import diagnostics_section
 from gpu_audit.engine import CheckRun, run_check
+from gpu_audit.model import Check
 from gpu_audit.postscan.exemptions import (
     apply_exemptions,
     evaluation_date,
 )
 from gpu_audit.registry import load_checks
 from gpu_audit.report import build_report, dumps
+from gpu_audit.scan import _gc_paused, gc_frozen
 from gpu_audit.snapshot import Snapshot
 from gpu_audit.sources import files
 
@@ -68,8 +70,20 @@ def measure(path: str, output: str | None) -> dict[str, Any]:
     times: dict[str, float] = {}
     peaks: dict[str, float] = {}
     registry = load_checks(plugins=False)
-    snapshot = _load(path, times)
+    with _gc_paused():  # as run_scan loads
+        snapshot = _load(path, times)
     peaks["load"] = peaks["index"] = _peak_mib()
+    with gc_frozen():  # as run_scan checks, diagnoses and reports
+        return _after_load(snapshot, registry, times, peaks, output)
+
+
+def _after_load(
+    snapshot: Snapshot,
+    registry: dict[str, Check],
+    times: dict[str, float],
+    peaks: dict[str, float],
+    output: str | None,
+) -> dict[str, Any]:
     per_check: dict[str, float] = {}
     runs: list[CheckRun] = []
     for check_id, check in registry.items():  # sorted by id, as run_checks runs them

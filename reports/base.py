@@ -1,11 +1,12 @@
-"""The renderer interface: a name, a file extension and a pure render function."""
+"""The renderer interface (a name, a file extension and a pure render function) and what
+every renderer words the same way: quantities, impacts, fixes, the "Fix first" list."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from gpu_audit.model import Severity
@@ -27,6 +28,22 @@ _ACTION = re.compile(
     r"^(kubectl\s+(-n\s+\S+\s+)?(apply|create|label|annotate|patch|taint|rollout|scale|set|delete"
     r"|cordon|drain|uncordon)\b|helm\s+(upgrade|install)\b)"
 )
+
+
+_BINARY_UNITS = (
+    ("Ei", 2**60),
+    ("Pi", 2**50),
+    ("Ti", 2**40),
+    ("Gi", 2**30),
+    ("Mi", 2**20),
+    ("Ki", 2**10),
+)
+_SUFFIXED_BYTES = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi)\b")
+_MILLICORES = re.compile(r"(?<![\w.])(\d+)m\b")
+_PLAIN_INT = re.compile(r"(?<![\w.])(\d{5,})(?![\w.])")
+BYTE_RESOURCES = ("memory", "ephemeral-storage", "hugepages-")
+WHOLE_GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+FIX_FIRST = 10  # findings in the "Fix first" list at the top of the HTML and terminal reports
 
 
 def number(value: object) -> str:
@@ -59,6 +76,79 @@ def impact_text(impact: Mapping[str, Any] | None) -> str:
     if impact.get("cost_per_day") is not None:
         parts.append(f"${impact['cost_per_day']:,.2f}/day")
     return " · ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class FixItem:
+    """A finding of the "Fix first" list and its fix in one line (`fix_command`), if any."""
+
+    finding: Mapping[str, Any]
+    command: str | None
+
+    @property
+    def fix(self) -> str:
+        """The command, else the state the finding's check asks for (its title)."""
+        return self.command or str(self.finding["title"])
+
+
+def fix_first(document: Document) -> list[FixItem]:
+    """The findings to fix first, as the HTML and the terminal reports list them: the first
+    FIX_FIRST of the document's order (severity, then GPU impact), each with its fix."""
+    return [FixItem(f, fix_command(f)) for f in document["findings"][:FIX_FIRST]]
+
+
+def _bytes(value: Decimal) -> str:
+    """Bytes in the largest binary unit they reach: 256Gi, 29.9Gi, 512."""
+    for unit, size in _BINARY_UNITS:
+        if abs(value) >= size:
+            scaled = value / size
+            if scaled == scaled.to_integral_value():
+                return f"{int(scaled)}{unit}"
+            return f"{format(round(scaled, 1).normalize(), 'f')}{unit}"
+    return number(int(value)) if value == value.to_integral_value() else number(float(value))
+
+
+def _cores(value: Decimal) -> str:
+    text = format(round(value, 2).normalize(), "f")
+    return f"{text} core{'' if value == 1 else 's'}"
+
+
+def quantity(value: object, resource: str) -> str:
+    """A resource amount as a person reads it: memory in Gi/Mi, CPU in cores, GPUs counted."""
+    if isinstance(value, bool):
+        return str(value)
+    try:
+        amount = Decimal(str(value))
+    except InvalidOperation:
+        return humanise(f"{resource}: {value}").split(": ", 1)[1]
+    if resource.startswith(BYTE_RESOURCES):
+        return _bytes(amount)
+    if resource == "cpu":
+        return _cores(amount)
+    if resource in WHOLE_GPU_RESOURCES:
+        return f"{number(value)} GPU{'' if amount == 1 else 's'}"
+    return number(value)
+
+
+def _suffixed(match: re.Match[str]) -> str:
+    unit = dict(_BINARY_UNITS)[match.group(2)]
+    return _bytes(Decimal(match.group(1)) * unit)
+
+
+def humanise(text: str) -> str:
+    """Quantities in a sentence made readable: `allocatable 31369508Ki` -> 29.9Gi, a memory
+    clause's raw bytes -> Gi, a cpu clause's millicores -> cores. Display only: the JSON and
+    the remediations keep the exact values."""
+    clauses = []
+    for clause in text.split(";"):
+        head = clause.lstrip().split(":", 1)[0]
+        clause = _SUFFIXED_BYTES.sub(_suffixed, clause)
+        if head.startswith(BYTE_RESOURCES):
+            clause = _PLAIN_INT.sub(lambda m: _bytes(Decimal(m.group(1))), clause)
+        elif head == "cpu":
+            clause = _MILLICORES.sub(lambda m: _cores(Decimal(m.group(1)) / 1000), clause)
+        clauses.append(clause)
+    return ";".join(clauses)
 
 
 def object_name(resource: Mapping[str, Any]) -> str:

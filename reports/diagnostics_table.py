@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpu_audit.reports.base import humanise, quantity
 from gpu_audit.reports.terminal import block, cell, table, wrap_lines
 
 MAX_NODE_ROWS = 30
@@ -116,19 +117,6 @@ def _counts_row(res: Mapping[str, Any]) -> list[Any]:
     ]
 
 
-_BINARY = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
-_BYTE_RESOURCES = ("memory", "ephemeral-storage")
-
-
-def _amount(resource: str, value: float) -> str:
-    """Byte quantities the way kubectl writes them (34359738368 -> 32Gi)."""
-    if resource in _BYTE_RESOURCES or resource.startswith("hugepages-"):
-        for suffix, size in _BINARY:
-            if value >= size and value % size == 0:
-                return f"{int(value // size)}{suffix}"
-    return str(value)
-
-
 def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + line if line else line for line in text.splitlines())
 
@@ -141,7 +129,8 @@ def _message_line(message: Mapping[str, Any]) -> str:
         verdict = "agrees with the evaluation above"
     else:
         verdict = "DISAGREES: " + cell("; ".join(message["differences"]))
-    return f"  {cell(message['source'])}{count}: {cell(message['message'])}\n    -> {verdict}"
+    text = cell(humanise(message["message"]))
+    return f"  {cell(message['source'])}{count}: {text}\n    -> {verdict}"
 
 
 def _node_rows(nodes: Sequence[Mapping[str, Any]]) -> list[list[str]]:
@@ -153,7 +142,11 @@ def _node_rows(nodes: Sequence[Mapping[str, Any]]) -> list[list[str]]:
                 cell(node["node"]),
                 "yes" if node["gpu_node"] else "no",
                 "FITS" if node["fits"] else cell(", ".join(node["scheduler_reasons"])),
-                cell("; ".join(f"{p['predicate']}: {p['detail']}" for p in failed if p["detail"])),
+                cell(
+                    "; ".join(
+                        f"{p['predicate']}: {humanise(p['detail'])}" for p in failed if p["detail"]
+                    )
+                ),
             ]
         )
     return rows
@@ -168,17 +161,18 @@ def render_explanation(explanation: Mapping[str, Any], width: int | None = None)
         else f"Pod {pod['namespace']}/{pod['name']} ({explanation['phase']})"
     )
     request = ", ".join(
-        f"{name} {_amount(name, value)}" for name, value in explanation["request"].items()
+        f"{name} {quantity(value, name)}" for name, value in explanation["request"].items()
     )
     lines = [
         cell(f"{title}, scheduler {explanation['scheduler']}"),
         f"  requests: {cell(request or 'nothing')}",
-        f"  {cell(explanation['summary'])}",
+        f"  {cell(humanise(explanation['summary']))}",
     ]
     lines.extend(_message_line(m) for m in explanation["scheduler_messages"])
     for check in explanation["pod_checks"]:
         mark = "ok  " if check["passed"] else "FAIL"
-        lines.append(f"  [{mark}] {cell(check['predicate'])}: {cell(check['detail'])}")
+        detail = cell(humanise(check["detail"]))
+        lines.append(f"  [{mark}] {cell(check['predicate'])}: {detail}")
     rows = _node_rows(explanation["nodes"])
     if rows:
         nodes = table(
@@ -208,14 +202,33 @@ def render_pending(explanations: Sequence[Mapping[str, Any]], width: int | None 
     return "\n".join(render_explanation(e, width) for e in explanations)
 
 
-def diagnostics_lines(diagnostics: Mapping[str, Any] | None, width: int | None = None) -> list[str]:
-    """The scan report's diagnostics section (absent from reports of older versions)."""
+def diagnostics_lines(
+    diagnostics: Mapping[str, Any] | None,
+    width: int | None = None,
+    namespace: str | None = None,
+    listed: str | None = None,
+) -> list[str]:
+    """The scan report's diagnostics section (absent from reports of older versions): with
+    `namespace` (scan --namespace), its Pending pods are that namespace's (the report's
+    `in_namespace` left the others out); with `listed`, a live scan listed only that
+    namespace's pods, which the node usage and each node's verdict then count alone."""
     if not diagnostics:
         return []
     lines = []
+    if listed and (diagnostics["inventory"] is not None or diagnostics["pending_pods"]):
+        lines += [
+            _fit(
+                f"Only the pods of namespace {cell(listed)} were listed: the GPU usage below "
+                "(REQUESTED, IDLE, HELD, FIT) and each node's verdict on a Pending pod count "
+                "them alone, not the pods of other namespaces on the same nodes.",
+                width,
+            ),
+            "",
+        ]
     if diagnostics["inventory"] is not None:
         lines += [render_inventory(diagnostics["inventory"], width)]
     pending = diagnostics["pending_pods"]
     if pending:
-        lines += [f"Pending GPU pods ({len(pending)}):", "", render_pending(pending, width)]
+        which = f" of namespace {cell(namespace)}" if namespace else ""
+        lines += [f"Pending GPU pods{which} ({len(pending)}):", "", render_pending(pending, width)]
     return lines

@@ -10,41 +10,30 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from gpu_audit.reports.base import (
     Document,
     Renderer,
-    fix_command,
+    fix_first,
+    humanise,
     impact_text,
     number,
+    quantity,
     related_groups,
 )
 from gpu_audit.reports.table import SEVERITIES
 
+if TYPE_CHECKING:
+    import jinja2
+
 CLUSTER_SCOPED = "(cluster-scoped)"
 NAMESPACE_CHART_ROWS = 20  # the chart shows the lowest-scoring ones; the table lists them all
-FIX_FIRST = 10  # findings in the "Fix first" list at the top
 INCOMPLETE = "incomplete"  # the grade below the coverage floor (gpu_audit.scoring)
-_BINARY_UNITS = (
-    ("Ei", 2**60),
-    ("Pi", 2**50),
-    ("Ti", 2**40),
-    ("Gi", 2**30),
-    ("Mi", 2**20),
-    ("Ki", 2**10),
-)
-_SUFFIXED_BYTES = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|Pi)\b")
-_MILLICORES = re.compile(r"(?<![\w.])(\d+)m\b")
-_PLAIN_INT = re.compile(r"(?<![\w.])(\d{5,})(?![\w.])")
-BYTE_RESOURCES = ("memory", "ephemeral-storage", "hugepages-")
-WHOLE_GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 
 
 def http_url(value: object) -> str | None:
@@ -135,7 +124,7 @@ def worst_severity(items: Sequence[Mapping[str, Any]]) -> str:
     return str(min((f["severity"] for f in items), key=SEVERITIES.index))
 
 
-def _group_by_check(document: Document, items: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def group_by_check(document: Document, items: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Findings under their check, in the document's order (severity first). A group's
     severity is its worst finding's: a check's findings may be rated below its default."""
     checks = {c["id"]: c for c in document["checks"]}
@@ -146,66 +135,6 @@ def _group_by_check(document: Document, items: list[Mapping[str, Any]]) -> list[
         {"check": checks[cid], "findings": found, "severity": worst_severity(found)}
         for cid, found in grouped.items()
     ]
-
-
-def _fix_first(document: Document) -> list[dict[str, Any]]:
-    """The first findings of the document's order (severity, then GPU impact), each with its
-    fix in one line: its command, else the state its check asks for (the check's title)."""
-    return [{"finding": f, "command": fix_command(f)} for f in document["findings"][:FIX_FIRST]]
-
-
-def _bytes(value: Decimal) -> str:
-    """Bytes in the largest binary unit they reach: 256Gi, 29.9Gi, 512."""
-    for unit, size in _BINARY_UNITS:
-        if abs(value) >= size:
-            scaled = value / size
-            if scaled == scaled.to_integral_value():
-                return f"{int(scaled)}{unit}"
-            return f"{format(round(scaled, 1).normalize(), 'f')}{unit}"
-    return number(int(value)) if value == value.to_integral_value() else number(float(value))
-
-
-def _cores(value: Decimal) -> str:
-    text = format(round(value, 2).normalize(), "f")
-    return f"{text} core{'' if value == 1 else 's'}"
-
-
-def quantity(value: object, resource: str) -> str:
-    """A resource amount as a person reads it: memory in Gi/Mi, CPU in cores, GPUs counted."""
-    if isinstance(value, bool):
-        return str(value)
-    try:
-        amount = Decimal(str(value))
-    except InvalidOperation:
-        return humanise(f"{resource}: {value}").split(": ", 1)[1]
-    if resource.startswith(BYTE_RESOURCES):
-        return _bytes(amount)
-    if resource == "cpu":
-        return _cores(amount)
-    if resource in WHOLE_GPU_RESOURCES:
-        return f"{number(value)} GPU{'' if amount == 1 else 's'}"
-    return number(value)
-
-
-def _suffixed(match: re.Match[str]) -> str:
-    unit = dict(_BINARY_UNITS)[match.group(2)]
-    return _bytes(Decimal(match.group(1)) * unit)
-
-
-def humanise(text: str) -> str:
-    """Quantities in a sentence made readable: `allocatable 31369508Ki` -> 29.9Gi, a memory
-    clause's raw bytes -> Gi, a cpu clause's millicores -> cores. Display only: the JSON and
-    the remediations keep the exact values."""
-    clauses = []
-    for clause in text.split(";"):
-        head = clause.lstrip().split(":", 1)[0]
-        clause = _SUFFIXED_BYTES.sub(_suffixed, clause)
-        if head.startswith(BYTE_RESOURCES):
-            clause = _PLAIN_INT.sub(lambda m: _bytes(Decimal(m.group(1))), clause)
-        elif head == "cpu":
-            clause = _MILLICORES.sub(lambda m: _cores(Decimal(m.group(1)) / 1000), clause)
-        clauses.append(clause)
-    return ";".join(clauses)
 
 
 def _filter_options(document: Document) -> dict[str, list[tuple[str, str]]]:
@@ -219,13 +148,13 @@ def _filter_options(document: Document) -> dict[str, list[tuple[str, str]]]:
     }
 
 
-def render_html(document: Document, color: bool = False) -> str:
+def environment() -> jinja2.Environment:
+    """The Jinja environment of the HTML pages (this report, the fleet's): autoescaping,
+    undefined names an error, the filters and globals the templates use."""
     import jinja2  # imported here: only the HTML output needs it
-    from markupsafe import Markup
 
-    loader = jinja2.PackageLoader("gpu_audit.reports", "templates")
     env = jinja2.Environment(
-        loader=loader,
+        loader=jinja2.PackageLoader("gpu_audit.reports", "templates"),
         autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -239,23 +168,40 @@ def render_html(document: Document, color: bool = False) -> str:
     env.filters["coverage_text"] = coverage_text
     env.globals["usage_segments"] = usage_segments
     env.globals["related_groups"] = related_groups
-    # The page's own assets, inserted verbatim: they are files of this package, not cluster data.
+    return env
+
+
+def page_assets(env: jinja2.Environment, script: bool = True) -> dict[str, Any]:
+    """The page's own stylesheet and script, inserted verbatim (files of this package, not
+    cluster data), and the Content-Security-Policy that allows only them, by SHA-256; without
+    `script`, no script at all."""
+    from markupsafe import Markup
+
+    loader = env.loader
+    assert loader is not None  # environment() gives it one
     css = loader.get_source(env, "report.css")[0]
-    js = loader.get_source(env, "report.js")[0]
-    csp = (
-        f"default-src 'none'; style-src {_csp_hash(css)}; script-src {_csp_hash(js)}; "
-        "base-uri 'none'; form-action 'none'"
-    )
+    js = loader.get_source(env, "report.js")[0] if script else ""
+    scripts = _csp_hash(js) if script else "'none'"
+    return {
+        "css": Markup(css),
+        "js": Markup(js),
+        "csp": (
+            f"default-src 'none'; style-src {_csp_hash(css)}; script-src {scripts}; "
+            "base-uri 'none'; form-action 'none'"
+        ),
+    }
+
+
+def render_html(document: Document, color: bool = False) -> str:
+    env = environment()
     diagnostics = document.get("diagnostics") or {}
     return env.get_template("report.html.j2").render(
         report=document,
-        css=Markup(css),
-        js=Markup(js),
-        csp=csp,
+        **page_assets(env),
         severities=SEVERITIES,
-        groups=_group_by_check(document, document["findings"]),
-        fix_first=_fix_first(document),
-        exempted_groups=_group_by_check(document, document.get("exempted_findings") or []),
+        groups=group_by_check(document, document["findings"]),
+        fix_first=fix_first(document),
+        exempted_groups=group_by_check(document, document.get("exempted_findings") or []),
         options=_filter_options(document),
         charts={
             "severity": _severity_bars(document),

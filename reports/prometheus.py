@@ -6,6 +6,14 @@ its maps in sorted key order: a report read back from JSON has its keys sorted, 
 must not depend on whether the report was just built or read back. A value the report does not hold (no
 score when nothing was evaluated, no duration unless the scan recorded it, no timestamp unless
 the report was stamped) has no sample, never a made-up 0.
+
+A report with a cluster name (`scan --cluster-name`, else the kubeconfig context) labels every
+sample `cluster="<name>"`, so that one Prometheus (or Thanos, Mimir) holds the series of a fleet
+apart; a fleet document gives one exposition of every cluster's series, and a failed cluster its
+`gpu_audit_scan_complete` 0. On a Pushgateway the label agrees with the `cluster` of the
+grouping key (gpu_audit.postscan.pushgateway), which overwrites it anyway: "Any of those labels
+already set in the body of the request ... will be overwritten to match the labels defined by
+the URL path" (https://github.com/prometheus/pushgateway#url).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from typing import Any
 from gpu_audit.reports.base import Document, Renderer
 
 PREFIX = "gpu_audit_"
+COMPLETE_HELP = "1 when all input was collected and no check raised."
 Labels = Mapping[str, str]
 
 
@@ -105,7 +114,7 @@ def build_families(document: Document) -> list[Family]:
         checks.add(count, status=verdict)
     ratio = Family("coverage_ratio", "Evaluated checks / enabled checks that apply, 0-1.")
     ratio.add(coverage["ratio"])
-    complete = Family("scan_complete", "1 when all input was collected and no check raised.")
+    complete = Family("scan_complete", COMPLETE_HELP)
     complete.add(document["complete"])
     duration = Family("scan_duration_seconds", "Wall-clock duration of the scan.")
     duration.add(document.get("scan_duration_seconds"))
@@ -116,12 +125,38 @@ def build_families(document: Document) -> list[Family]:
     if document["complete"]:
         last.add(_epoch_seconds(document["generated_at"]))
     families = [overall, grade, categories, by_severity, by_category, related, exempted, per_check]
-    return [*families, status, checks, ratio, complete, duration, last]
+    families = [*families, status, checks, ratio, complete, duration, last]
+    cluster = document.get("cluster")
+    if cluster:
+        for family in families:
+            family.samples = [({"cluster": cluster, **labels}, v) for labels, v in family.samples]
+    return families
+
+
+def _text(families: Iterable[Family]) -> str:
+    return "\n".join(line for family in families for line in _lines(family)) + "\n"
 
 
 def render_prometheus(document: Document, color: bool = False) -> str:
-    lines = [line for family in build_families(document) for line in _lines(family)]
-    return "\n".join(lines) + "\n"
+    return _text(build_families(document))
+
+
+def render_fleet_prometheus(fleet: Document, color: bool = False) -> str:
+    """Every cluster's series of a fleet document in one exposition (each metric family
+    once), each labelled with its cluster's name; a failed cluster has only its
+    `gpu_audit_scan_complete` 0."""
+    merged: dict[str, Family] = {}
+    for entry in fleet["clusters"]:
+        report = entry["report"]
+        if report is None:
+            family = merged.setdefault("scan_complete", Family("scan_complete", COMPLETE_HELP))
+            family.add(0, cluster=entry["name"])
+            continue
+        for family in build_families({**report, "cluster": entry["name"]}):
+            merged.setdefault(family.name, Family(family.name, family.help)).samples.extend(
+                family.samples
+            )
+    return _text(merged.values())
 
 
 PROMETHEUS = Renderer(

@@ -6,10 +6,18 @@ added: escaped control characters, long values clipped with a marker.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from gpu_audit.reports.base import Document, Renderer, object_name, related_lines
+from gpu_audit.reports.base import (
+    Document,
+    Renderer,
+    fix_first,
+    impact_text,
+    object_name,
+    related_lines,
+)
 from gpu_audit.reports.compliance_table import compliance_lines
 from gpu_audit.reports.diagnostics_table import diagnostics_lines
 from gpu_audit.reports.terminal import (
@@ -154,6 +162,43 @@ def _exempted_table(findings: Sequence[Mapping[str, Any]], width: int) -> str:
     return _fitted(rows, ["CHECK", "OBJECT", "EXEMPTED BY", "REASON"], [0, 2, 2, 3], width)
 
 
+def _fix_first_lines(document: Document, color: bool, width: int | None) -> list[str]:
+    """The "Fix first" list, the HTML report's items (gpu_audit.reports.base.fix_first): each
+    finding's severity, object, check and GPU impact, then its fix in one line. With `width`,
+    each item is wrapped to it; without (a file or a pipe), each line stays whole, to copy a
+    command or grep."""
+    items = fix_first(document)
+    if not items:
+        return []
+    shown = len(document["findings"])
+    which = f"{len(items)} of {shown} findings; " if shown > len(items) else ""
+    lines = [_prose(f"Fix first ({which}most severe first, then most GPUs):", width)]
+    for rank, item in enumerate(items, 1):
+        finding = item.finding
+        severity = cell(finding["severity"].upper())
+        head = f"{severity} {cell(object_name(finding['resource']))} ({cell(finding['check_id'])})"
+        if (finding.get("impact") or {}).get("gpus"):
+            head += f": {cell(impact_text(finding['impact']))}"
+        fix = f"{'fix' if item.command else 'goal'}: {cell(item.fix)}"
+        number = f"{rank:>2}. "
+        first = _item_lines(number + head, width)
+        if first[0].startswith(number + severity):
+            first[0] = (
+                number
+                + _paint(severity, finding["severity"], color)
+                + first[0][len(number + severity) :]
+            )
+        lines.extend([*first, *_item_lines(f"    {fix}", width)])
+    return [*lines, ""]
+
+
+def _item_lines(text: str, width: int | None) -> list[str]:
+    """A line of the "Fix first" list, wrapped to `width` under its text (whole without)."""
+    if width is None:
+        return [text]
+    return textwrap.wrap(text, width, subsequent_indent="      ", break_on_hyphens=False)
+
+
 def _rbac_rule(reason: str) -> list[str]:
     """The ClusterRole rule a "forbidden: list PLURAL[.GROUP]" gap asks for, as YAML lines of
     a `rules:` list; none for any other gap."""
@@ -245,7 +290,7 @@ def render_table(document: Document, color: bool = False, width: int | None = No
     lines.extend(_gap_lines(document))
     # Prose so far (the tables below are laid out to the width already, and the YAML of the
     # diagnostics' fixes must not be wrapped): wrapped on a terminal.
-    lines = [_prose("\n".join(lines), width)]
+    lines = [_prose("\n".join(lines), width), *_fix_first_lines(document, color, width)]
     if document["findings"]:
         new = {f["fingerprint"] for f in baseline["findings"]["new"]} if baseline else None
         lines.extend([_findings_table(document["findings"], color, new, fitted), ""])
@@ -271,7 +316,14 @@ def render_table(document: Document, color: bool = False, width: int | None = No
         ]
         lines.append(_fitted(rows, ["CHECK", "STATUS", "REASON"], [0, 0, 1], fitted))
         lines.append("")
-    lines.extend(diagnostics_lines(document.get("diagnostics"), width))
+    lines.extend(
+        diagnostics_lines(
+            document.get("diagnostics"),
+            width,
+            namespace=(shown or {}).get("namespace"),
+            listed=source.get("details", {}).get("namespace"),
+        )
+    )
     lines.extend(compliance_lines(document.get("compliance", []), width))  # from schema 1.1
     exemption_warnings = document.get("exemptions", {}).get("warnings", [])
     lines.extend(

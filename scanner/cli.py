@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn, TypeVar
 
@@ -25,6 +25,14 @@ from gpu_audit import __version__
 from gpu_audit.catalog import check_metadata, checks_markdown
 from gpu_audit.declarative import load_check_dirs
 from gpu_audit.errors import InputError, did_you_mean
+from gpu_audit.fleet import (
+    COMPLETE,
+    DEFAULT_WORKERS,
+    build_fleet,
+    fleet_contexts,
+    load_members,
+    scan_fleet,
+)
 from gpu_audit.impact import load_prices, priced
 from gpu_audit.model import Category, Check, Severity
 from gpu_audit.postscan.diff import diff_reports, load_comparable, new_at_or_above
@@ -34,6 +42,7 @@ from gpu_audit.registry import RegistryError, load_checks, select_checks
 from gpu_audit.report import Document, dumps, load_report
 from gpu_audit.reports import RENDERERS
 from gpu_audit.reports.base import at_or_above
+from gpu_audit.reports.fleet import FLEET_RENDERERS
 from gpu_audit.reports.table import render_diff_table, render_table
 from gpu_audit.reports.terminal import block, cell
 from gpu_audit.scan import (
@@ -160,6 +169,25 @@ def _use_color() -> bool:
     return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
+def _targets(
+    formats: Sequence[str],
+    extensions: Mapping[str, str],
+    output_file: str | None,
+    output_dir: str | None,
+    stem: str,
+) -> list[tuple[str, str | None]]:
+    """(format, file or None for stdout) of each --format: --output-dir gets <stem>.<ext>."""
+    formats = list(dict.fromkeys(formats))
+    if output_file and output_dir:
+        _fail(["--output-file and --output-dir cannot be used together"])
+    if len(formats) > 1 and not output_dir:
+        _fail(["several --format values need --output-dir"])
+    if output_dir:
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        return [(n, str(Path(output_dir) / f"{stem}.{extensions[n]}")) for n in formats]
+    return [(name, output_file) for name in formats]
+
+
 def _emit(
     document: Document,
     formats: Sequence[str],
@@ -167,20 +195,10 @@ def _emit(
     output_dir: str | None,
     min_severity: str | None = None,
 ) -> None:
-    formats = list(dict.fromkeys(formats))
     shown = at_or_above(document, _severity(min_severity))
-    if output_file and output_dir:
-        _fail(["--output-file and --output-dir cannot be used together"])
-    if len(formats) > 1 and not output_dir:
-        _fail(["several --format values need --output-dir"])
-    if output_dir:
-        Path(output_dir).mkdir(parents=True, exist_ok=True)
-    for name in formats:
+    extensions = {name: renderer.extension for name, renderer in RENDERERS.items()}
+    for name, target in _targets(formats, extensions, output_file, output_dir, "report"):
         renderer = RENDERERS[name]
-        if output_dir:
-            target: str | None = str(Path(output_dir) / f"report.{renderer.extension}")
-        else:
-            target = output_file
         if target is None and name == "table":
             _write(render_table(shown, _use_color(), _terminal_width()), target)
         else:
@@ -190,8 +208,15 @@ def _emit(
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def live_options(function: F) -> F:
-    """Connection and listing options shared by `scan` (without --from-file) and `collect`."""
+FLEET_CONTEXT_HELP = (
+    "Kubeconfig context (default: the current one). Repeat to scan several clusters "
+    "concurrently into one fleet report (see --all-contexts)."
+)
+
+
+def live_options(function: F, *, fleet: bool = False) -> F:
+    """Connection and listing options shared by `scan` (without --from-file) and `collect`;
+    with `fleet` (scan), --context may be repeated."""
     options = [
         click.option(
             "--kubeconfig",
@@ -199,6 +224,10 @@ def live_options(function: F) -> F:
             help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config).",
         ),
         click.option(
+            "--context", "contexts", multiple=True, metavar="NAME", help=FLEET_CONTEXT_HELP
+        )
+        if fleet
+        else click.option(
             "--context", metavar="NAME", help="Kubeconfig context (default: the current one)."
         ),
         click.option(
@@ -241,6 +270,11 @@ def live_options(function: F) -> F:
     for option in reversed(options):
         function = option(function)
     return function
+
+
+def fleet_live_options(function: F) -> F:
+    """live_options of `scan`, whose --context may be repeated for a fleet."""
+    return live_options(function, fleet=True)
 
 
 GPU_PRICES_HELP = (
@@ -292,6 +326,28 @@ def _inputs(
     listing; files are read whole (run_scan shows the namespace's findings in both cases)."""
     if live["namespace"] and live["all_namespaces"]:
         _fail(["--namespace and --all-namespaces cannot be used together"])
+    kubeconfig = live["kubeconfig"]
+    if not from_files and kubeconfig and not Path(kubeconfig).exists():
+        # The client would call a missing file "Invalid kube-config file".
+        _fail([f"cannot load {kubeconfig} (--kubeconfig): no such file"])
+    if (
+        not from_files
+        and not kubeconfig
+        and not live["in_cluster"]
+        and not {"KUBECONFIG", "KUBERNETES_SERVICE_HOST"} & set(os.environ)
+        and not Path("~/.kube/config").expanduser().exists()
+    ):  # the client would say "Invalid kube-config file. No configuration found."
+        _fail(
+            [
+                "cannot load kubeconfig: $KUBECONFIG is unset and ~/.kube/config does not exist; "
+                "pass --kubeconfig, or --from-file to read manifests or a dump"
+            ]
+        )
+    if not from_files and live["context"] and not live["in_cluster"]:
+        try:  # the client would say "Expected object with name X in .../contexts list"
+            fleet_contexts(kubeconfig, [live["context"]], every=False)
+        except ConfigError as exc:
+            _fail([str(exc)])
     for path in from_files:
         if (Path(path) / "Chart.yaml").is_file():
             _fail(
@@ -541,7 +597,20 @@ def version() -> None:
     "the cluster name.",
 )
 @click.option("--gpu-prices", metavar="FILE", help=GPU_PRICES_HELP)
-@live_options
+@click.option(
+    "--all-contexts",
+    is_flag=True,
+    help="Scan every context of the kubeconfig concurrently into one fleet report (as "
+    "--context given once per context).",
+)
+@click.option(
+    "--fleet-workers",
+    type=click.IntRange(min=1),
+    default=DEFAULT_WORKERS,
+    show_default=True,
+    help="With several --context or --all-contexts: how many clusters are read at a time.",
+)
+@fleet_live_options
 def scan(
     from_files: tuple[str, ...],
     formats: tuple[str, ...],
@@ -567,6 +636,8 @@ def scan(
     history_keep: int,
     pushgateway: str | None,
     gpu_prices: str | None,
+    all_contexts: bool,
+    fleet_workers: int,
     **live: Any,
 ) -> None:
     """Scan a cluster (or manifests) and report GPU misconfigurations.
@@ -574,10 +645,30 @@ def scan(
     Without --from-file, reads the cluster of the current kubeconfig context (or the pod's
     service account in a pod), read-only, listing only what the enabled checks need.
 
+    With several --context (or --all-contexts), scans those clusters concurrently into one
+    fleet report: a fleet summary, worst cluster first, then each cluster's report; a
+    cluster that cannot be read is in it as failed, with the reason.
+
     The report holds no wall-clock time unless SOURCE_DATE_EPOCH is set (or the run goes to
     --history-dir or --pushgateway, which stamp it with the clock), so the same input gives
     byte-identical JSON.
     """
+    contexts: tuple[str, ...] = live.pop("contexts")
+    fleet = all_contexts or len(set(contexts)) > 1
+    live["context"] = None if fleet or not contexts else contexts[0]
+    if fleet:
+        _refuse_in_a_fleet(
+            {
+                "--from-file": bool(from_files),
+                "--helm-chart": bool(helm_chart),
+                "--in-cluster": bool(live["in_cluster"]),
+                "--cluster-name": bool(cluster_name),
+                "--baseline": bool(baseline),
+                "--history-dir": bool(history_dir),
+                "--pushgateway": bool(pushgateway),
+            },
+            formats,
+        )
     if helm_chart:
         if "-" in from_files:
             _fail(["--helm-chart reads the chart's templates as stdin: drop --from-file -"])
@@ -604,6 +695,9 @@ def scan(
         fail_on_new=_severity(fail_on_new),
         strict=strict,
     )
+    if fleet:
+        outputs = (formats, output_file, output_dir, min_severity)
+        _fleet_scan(options, contexts, all_contexts, fleet_workers, *outputs)
     with _reading(inputs):
         result = run_scan(options)
     document = result.document
@@ -629,6 +723,102 @@ def scan(
         EXIT_FINDINGS if result.failed else EXIT_OK,
         "; ".join(f"{count} finding(s) {gate}" for count, gate in gates if count),
     )
+
+
+FLEET_FORMATS = sorted(FLEET_RENDERERS)
+
+
+def _refuse_in_a_fleet(given: Mapping[str, bool], formats: Sequence[str]) -> None:
+    """The options of one cluster's scan that a fleet scan (several --context,
+    --all-contexts) cannot take, and the formats it cannot give."""
+    for option, is_given in given.items():
+        if is_given:
+            _fail(
+                [
+                    f"{option} cannot be used with several --context or --all-contexts (a fleet "
+                    "scan reads live clusters, each named after its context): scan each "
+                    "cluster on its own, or build the fleet view of saved reports with "
+                    "`gpu-audit fleet`"
+                ]
+            )
+    other = [f for f in formats if f.lower() not in FLEET_RENDERERS]
+    if other:
+        _fail([f"--format {other[0]}: a fleet report is one of {', '.join(FLEET_FORMATS)}"])
+
+
+def _emit_fleet(
+    fleet: Document,
+    formats: Sequence[str],
+    output_file: str | None,
+    output_dir: str | None,
+    min_severity: str | None,
+) -> None:
+    """Write the fleet document in each format; --min-severity filters each cluster's
+    findings as it does a single report's (the fleet summary counts them all)."""
+    floor = _severity(min_severity)
+    shown = {
+        **fleet,
+        "clusters": [
+            {**c, "report": at_or_above(c["report"], floor) if c["report"] else None}
+            for c in fleet["clusters"]
+        ],
+    }
+    extensions = {name: extension for name, (extension, _) in FLEET_RENDERERS.items()}
+    for name, target in _targets(formats, extensions, output_file, output_dir, "fleet"):
+        on_terminal = target is None and name == "table"
+        render = FLEET_RENDERERS[name][1]
+        width = _terminal_width() if on_terminal else None
+        _write(render(shown, on_terminal and _use_color(), width), target)
+
+
+def _fleet_exit(fleet: Document, fail_on: str | None) -> NoReturn:
+    """The worst exit of the fleet's clusters: 3 when one is incomplete or failed (the line
+    names them), else 1 when one has a finding at or above --fail-on, else 0."""
+    lacking = [c for c in fleet["clusters"] if c["status"] != COMPLETE]
+    if lacking:
+        named = ", ".join(f"{c['name']} ({c['status']})" for c in lacking)
+        _exit(EXIT_INCOMPLETE, f"fleet incomplete: {len(lacking)} cluster(s): {named}")
+    threshold = _severity(fail_on)
+    failing = {
+        c["name"]: len(at_or_above(c["report"], threshold)["findings"])
+        for c in fleet["clusters"]
+        if threshold is not None
+    }
+    failing = {name: count for name, count in failing.items() if count}
+    _exit(
+        EXIT_FINDINGS if failing else EXIT_OK,
+        f"{sum(failing.values())} finding(s) at or above {fail_on} (--fail-on) in "
+        + ", ".join(f"{name} ({count})" for name, count in failing.items()),
+    )
+
+
+def _fleet_scan(
+    options: ScanOptions,
+    contexts: Sequence[str],
+    all_contexts: bool,
+    workers: int,
+    formats: Sequence[str],
+    output_file: str | None,
+    output_dir: str | None,
+    min_severity: str | None,
+) -> NoReturn:
+    """`scan` of several contexts: each cluster scanned concurrently, one fleet report."""
+    connection = options.inputs.connection
+    with _reading(options.inputs):
+        names = fleet_contexts(connection.kubeconfig, contexts, all_contexts)
+        members, results = scan_fleet(options, names, workers)
+    fleet = build_fleet(members)
+    _emit_fleet(fleet, formats or ("table",), output_file, output_dir, min_severity)
+    for result in results:
+        cluster = cell(result.document["cluster"])
+        for run in result.errors:
+            click.echo(f"gpu-audit: {cluster}: {run.check.id} {cell(run.reason)}", err=True)
+        for warning in result.warnings:
+            _note(f"gpu-audit: {cluster}: warning: {cell(warning)}")
+    for entry in fleet["clusters"]:
+        if entry["error"]:
+            _note(f"gpu-audit: {cell(entry['name'])}: not scanned: {cell(entry['error'])}")
+    _fleet_exit(fleet, options.fail_on.value if options.fail_on else None)
 
 
 def _incomplete_reason(document: Document) -> str:
@@ -709,6 +899,71 @@ def render(
     except InputError as exc:
         _fail(exc.problems)
     _emit(document, formats or ("table",), output_file, output_dir, min_severity)
+
+
+FLEET_EPILOG = """\b
+Exit codes:
+  0  every cluster complete, no finding at or above --fail-on
+  1  findings at or above --fail-on in a cluster
+  2  usage error, or a file that is not a gpu-audit JSON report (the message names it)
+  3  a cluster's scan is incomplete
+"""
+
+
+@main.command("fleet", epilog=FLEET_EPILOG)
+@click.argument("report_files", metavar="REPORT.json...", nargs=-1, required=True)
+@click.option(
+    "-o",
+    "--format",
+    "formats",
+    multiple=True,
+    type=_choice(FLEET_FORMATS),
+    help="Output format (repeat with --output-dir for several). Default: table.",
+)
+@click.option("--output-file", metavar="PATH", help="Write the fleet report here, not stdout.")
+@click.option("--output-dir", metavar="DIR", help="Write one fleet.<ext> per --format here.")
+@click.option(
+    "--min-severity",
+    type=_choice(SEVERITY_CHOICES),
+    help="Show only findings of this severity or worse in each cluster's section; the fleet "
+    "summary counts them all.",
+)
+@click.option(
+    "--fail-on",
+    type=_choice([*SEVERITY_CHOICES, "none"]),
+    default="none",
+    show_default=True,
+    help="Exit 1 when a cluster has a finding of this severity or worse.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Nothing on stderr but errors and the exit line.")
+def fleet_command(
+    report_files: tuple[str, ...],
+    formats: tuple[str, ...],
+    output_file: str | None,
+    output_dir: str | None,
+    min_severity: str | None,
+    fail_on: str,
+    quiet: bool,
+) -> None:
+    """Build the fleet view of saved JSON reports (e.g. the runs/*.json of every cluster's
+    CronJob, gathered from their volumes or object storage): a fleet summary, worst cluster
+    first, then each cluster's report. Of several reports of one cluster, the latest
+    (`generated_at`) stands for it. A saved fleet JSON gives its clusters (to render it
+    again in another format)."""
+    try:
+        members, superseded = load_members(report_files)
+    except InputError as exc:
+        _fail(exc.problems)
+    if superseded:
+        # Named: two clusters saved under one --cluster-name would otherwise lose one quietly.
+        _note(
+            f"gpu-audit: left out {len(superseded)} report(s) of a cluster that a later one "
+            f"(by generated_at, then command-line order) stands for: "
+            f"{cell(', '.join(superseded))}"
+        )
+    fleet = build_fleet(members)
+    _emit_fleet(fleet, formats or ("table",), output_file, output_dir, min_severity)
+    _fleet_exit(fleet, None if fail_on == "none" else fail_on)
 
 
 @main.command("diff")

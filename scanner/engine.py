@@ -118,6 +118,47 @@ def render_remediation(check: Check, result: Result, snapshot: Snapshot | None =
     return custom_resource_fix(text, result, snapshot)
 
 
+# Built-in kinds whose pod spec cannot change once created. A Pod takes new images,
+# activeDeadlineSeconds and added tolerations only ("pod updates may not change fields other
+# than ...", https://kubernetes.io/docs/concepts/workloads/pods/#pod-update-and-replacement);
+# a Job's spec.template is immutable but for its scheduling directives while it is suspended
+# (KEP-2926, https://kubernetes.io/docs/concepts/workloads/controllers/job/#mutable-scheduling-directives).
+_FIXED_POD_SPEC = {
+    "Pod": "a Pod's spec cannot change once created (only images, activeDeadlineSeconds and "
+    "added tolerations can)",
+    "Job": "a Job's pod template cannot change once created (only its scheduling fields, while "
+    "it is suspended)",
+}
+
+
+def _recreated(result: Result, operations: Iterable[Mapping[str, Any]] = ()) -> str:
+    """The note of a fix the API server refuses in place on this kind, or "": a Pod's added
+    tolerations are the one pod-spec fix it takes."""
+    reason = _FIXED_POD_SPEC.get(result.ref.kind)
+    changes = [op for op in operations if op["op"] != "test"]
+    if reason is None or (
+        result.ref.kind == "Pod"
+        and changes
+        and all(
+            op["op"] == "add" and str(op["path"]).startswith("/spec/tolerations/") for op in changes
+        )
+    ):
+        return ""
+    return f"# {reason}: recreate the {result.ref.kind_name} with the fix (its containers restart)"
+
+
+def _nested(text: str, result: Result) -> str:
+    """A strategic merge patch of a built-in kind, with the note that the object must be
+    recreated with it where the API server refuses it in place."""
+    note = _recreated(result)
+    fragment = nest_fragment(text, result.pod_spec_path)
+    if not note:
+        return fragment
+    comments, body, notes = _split_comments(fragment)
+    where = "# merge this into its manifest, then: kubectl replace --force -f MANIFEST"
+    return "\n".join([*comments, note, where, *body, *notes])
+
+
 def _fix_target(
     body: list[str], result: Result, snapshot: Snapshot | None
 ) -> tuple[Resource | None, PodTemplate | None, Any]:
@@ -141,27 +182,32 @@ def builtin_fix(text: str, result: Result, snapshot: Snapshot | None) -> str:
     drop what the object has there (gpu_audit.k8s.smp_lists): then the guarded JSON patch
     computed from the object, as for a custom resource."""
     if not any(key in text for key in ADDITIVE_LISTS):  # no need to read the fix as YAML
-        return nest_fragment(text, result.pod_spec_path)
+        return _nested(text, result)
     comments, body, notes = _split_comments(text)
     resource, template, fragment = _fix_target(body, result, snapshot)
     if resource is None or template is None or not isinstance(fragment, Mapping):
-        return nest_fragment(text, result.pod_spec_path)
+        return _nested(text, result)
     lost = lost_lists(resource.raw, template.path, fragment)
     if not lost:
-        return nest_fragment(text, result.pod_spec_path)
+        return _nested(text, result)
     replaced = ", ".join(lost)
     try:
         operations = json_patch(resource, template, fragment)
     except UnpatchableError as exc:
         warning = f"# {exc}; as a strategic merge patch this replaces {replaced} whole"
-        return "\n".join([warning, nest_fragment(text, result.pod_spec_path)])
+        return "\n".join([warning, _nested(text, result)])
     guarded = any(op["op"] == "test" for op in operations)
     note = (
         f"# a JSON patch: a strategic merge patch replaces {replaced} whole (no "
         "patchMergeKey)\n# and would drop the items the object has"
         + (_GUARD_NOTE if guarded else "")
     )
-    command = patch_command(resource, result.ref.kind.lower(), operations)
+    recreated = _recreated(result, operations)
+    if recreated:
+        note += "\n" + recreated
+        command = recreate_command(resource, result.ref.kind.lower(), operations)
+    else:
+        command = patch_command(resource, result.ref.kind.lower(), operations)
     return "\n".join([*comments, note, command, *notes])
 
 

@@ -57,7 +57,7 @@ from gpu_audit.k8s.pods import (
     top_owner,
 )
 from gpu_audit.k8s.quantities import QuantityError, parse_quantity
-from gpu_audit.k8s.scheduling import daemonset_schedules_on, schedules_on
+from gpu_audit.k8s.scheduling import daemonset_schedules_on, schedules_on, schedules_on_key
 from gpu_audit.k8s.selectors import map_selector_matches, select
 from gpu_audit.k8s.training_jobs import (
     count_field,
@@ -238,14 +238,24 @@ def _advertisers(snapshot: Snapshot, resource: str) -> tuple[Resource, ...]:
     )
 
 
-def _candidates(snapshot: Snapshot, template: PodTemplate, resource: str) -> tuple[Resource, ...]:
-    """The GPU nodes that advertise `resource` and that a pod of the template may run on
-    (selectors, affinity, taints; not free capacity), once per template and resource."""
+def _best_unit(
+    snapshot: Snapshot, template: PodTemplate, resource: str
+) -> tuple[Decimal, str] | None:
+    """The largest GPU fraction one unit of `resource` is (then the first product by name)
+    among the GPU nodes that advertise it and that a pod of the template may run on
+    (selectors, affinity, taints; not free capacity); None when there is none. Templates
+    alike in placement share one pass over the nodes."""
 
-    def compute(_: Resource) -> tuple[Resource, ...]:
-        return tuple(n for n in _advertisers(snapshot, resource) if schedules_on(template.spec, n))
+    def compute(s: Snapshot) -> tuple[Decimal, str] | None:
+        options = [
+            (unit_fraction(resource, n.labels), _node_product(s, n))
+            for n in _advertisers(s, resource)
+            if schedules_on(template.spec, n)
+        ]
+        return min(options, key=lambda o: (-o[0], o[1]), default=None)
 
-    return snapshot.fact(("impact_nodes", template.path, resource), template.owner, compute)
+    key = ("impact_best_unit", resource, schedules_on_key(template.spec))
+    return snapshot.derived(key, compute)
 
 
 def _pod_shares(
@@ -255,13 +265,13 @@ def _pod_shares(
     GPU unit as a fraction of a GPU, the largest the candidate nodes give."""
     shares = []
     for resource, amount in sorted(_gpu_request(template).items()):
-        nodes = (node,) if node is not None else _candidates(snapshot, template, resource)
-        options = sorted(
-            ((unit_fraction(resource, n.labels), _node_product(snapshot, n)) for n in nodes),
-            key=lambda o: (-o[0], o[1]),
+        best = (
+            (unit_fraction(resource, node.labels), _node_product(snapshot, node))
+            if node is not None
+            else _best_unit(snapshot, template, resource)
         )
-        if options:
-            fraction, product = options[0]
+        if best is not None:
+            fraction, product = best
         else:  # no node known: whole units, the product its nodeSelector names
             fraction = unit_fraction(resource, {})
             selected = as_mapping(template.spec.get("nodeSelector")).get(PRODUCT_LABEL)

@@ -341,7 +341,13 @@ def in_namespace(document: Document, namespace: str | None) -> Document:
         res = finding["resource"]
         return bool(res["namespace"] == namespace or this.items() <= res.items())
 
-    return shown_findings(document, kept, namespace=namespace)
+    shown = shown_findings(document, kept, namespace=namespace)
+    diagnostics = document.get("diagnostics")
+    if not diagnostics or diagnostics["pending_pods"] is None:
+        return shown
+    # The Pending pods explained are that namespace's too (the GPU inventory is of the nodes).
+    pending = [p for p in diagnostics["pending_pods"] if p["pod"]["namespace"] == namespace]
+    return {**shown, "diagnostics": {**diagnostics, "pending_pods": pending}}
 
 
 def load_report(path: str) -> Document:

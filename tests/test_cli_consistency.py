@@ -160,8 +160,16 @@ def _kubeconfig(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("case", ["missing file", "no kubeconfig at all", "unknown context"])
-def test_every_kubeconfig_problem_exits_2(case: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("case", "says"),
+    [
+        ("missing file", "(--kubeconfig): no such file"),  # not "Invalid kube-config file"
+        ("no kubeconfig at all", "$KUBECONFIG is unset and ~/.kube/config does not exist"),
+        ("unknown context", "context(s) not in "),
+        ("not YAML", "cannot load "),  # was a traceback of yaml.parser.ParserError
+    ],
+)
+def test_every_kubeconfig_problem_exits_2(case: str, says: str, tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     env: dict[str, str | None] = {
@@ -178,11 +186,14 @@ def test_every_kubeconfig_problem_exits_2(case: str, tmp_path: Path) -> None:
             "--context",
             "x",
         ],
+        "not YAML": ["--kubeconfig", str(tmp_path / "bad.yaml"), "--context", "real"],
     }[case]
+    (tmp_path / "bad.yaml").write_text("contexts: [\n")
     for command in (["scan"], ["collect", "--output-file", str(tmp_path / "s.json")]):
         result = run(*command, *args, env=env)
         assert result.exit_code == 2, (command, result.output)
-        assert "cannot load" in one_error_line(result)
+        line = one_error_line(result)
+        assert says in line and (case != "unknown context" or line.endswith(": x"))
 
 
 # --------------------------------------------------------------------------- --min-severity

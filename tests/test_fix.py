@@ -10,7 +10,9 @@ line of its output) or as commands to run, never as a change. The test ids name 
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -44,7 +46,6 @@ CHOOSE = "its values are examples the reader has to choose"
 ANOTHER_OBJECT = (
     "another object has to be deleted or changed in a way the remediation leaves to the reader"
 )
-KEEPS_GPU = "its strategic merge patch keeps the GPU limit it means to remove"
 
 # (check, fail fixture, object) -> why the file change cannot resolve the finding.
 NOT_FIXABLE: dict[tuple[str, str, str], str] = {
@@ -138,12 +139,6 @@ NOT_FIXABLE: dict[tuple[str, str, str], str] = {
     ("GPU-SCHED-003", "fail-zone-annotation-only.yaml", "Deployment serving/llm"): (
         "the remediation covers one of the two annotations"
     ),
-    ("GPU-SCHED-007", "fail-beta-labels.yaml", "Deployment serving/llm"): (
-        "a merge keeps the beta label next to the GA one"
-    ),
-    ("GPU-SCHED-007", "fail-beta-labels.yaml", "Pod research/notebook"): (
-        "a merge keeps the beta label next to the GA one"
-    ),
     ("GPU-SEC-001", "fail-literal-tokens-in-env-and-args.yaml", "Deployment inference/nim-llm"): (
         "the --api-key argument is to be rewritten by hand (a comment says how)"
     ),
@@ -152,9 +147,6 @@ NOT_FIXABLE: dict[tuple[str, str, str], str] = {
     ),
     ("GPU-SEC-003", "fail-hostport-and-hostipc.yaml", "StatefulSet inference/tgi"): (
         PROSE + " (the hostPort)"
-    ),
-    ("GPU-SEC-004", "fail-token-with-secret-access.yaml", "Job ml/finetune"): (
-        "its ServiceAccount already has the setting; the per-pod field is an alternative"
     ),
     (
         "GPU-SHARE-002",
@@ -181,16 +173,6 @@ NOT_FIXABLE: dict[tuple[str, str, str], str] = {
         "GPU-SRV-002",
         "fail-custom-image-and-startup-only.yaml",
         "Deployment inference/triton-baked",
-    ): (CHOOSE + " (the model repository)"),
-    (
-        "GPU-SRV-002",
-        "fail-custom-image-and-startup-only.yaml",
-        "Deployment inference/triton-bare",
-    ): (CHOOSE + " (the model repository)"),
-    (
-        "GPU-SRV-002",
-        "fail-custom-image-and-startup-only.yaml",
-        "Deployment inference/triton-poll",
     ): (CHOOSE + " (the model repository)"),
     ("GPU-SRV-002", "fail-no-repository.yaml", "Deployment inference/triton"): (
         CHOOSE + " (the model repository)"
@@ -240,13 +222,6 @@ NOT_FIXABLE: dict[tuple[str, str, str], str] = {
     ("GPU-STO-001", "fail-rwx-on-ebs.yaml", "PersistentVolumeClaim ml/uploads"): (
         "a claim's storage class cannot change: a new claim on an RWX driver"
     ),
-    ("GPU-WL-002", "fail-init-holds-gpus.yaml", "Deployment serving/llm"): KEEPS_GPU,
-    ("GPU-WL-002", "fail-init-holds-gpus.yaml", "Job ml/preprocess"): KEEPS_GPU,
-    ("GPU-WL-002", "fail-sidecar-with-gpu.yaml", "Pod ml/server"): KEEPS_GPU,
-    ("GPU-WL-002", "fail-sidecar-with-gpu.yaml", "Pod ml/trainer"): KEEPS_GPU,
-    ("GPU-WL-005", "fail-dind-sidecar-and-dev-mount.yaml", "Pod research/gpu-probe"): (
-        PROSE + " (the /dev hostPath mount)"
-    ),
     ("GPU-WL-006", "fail-cuda-latest-and-untagged.yaml", "Deployment serving/tgi"): (
         "it needs the image version (<version>)"
     ),
@@ -260,6 +235,86 @@ NOT_FIXABLE: dict[tuple[str, str, str], str] = {
         "it needs the image version (<version>)"
     ),
 }
+
+# The values these checks write are examples to choose (gpu_audit.fix.plan.CHOSEN): written
+# into a file they would invent a memory size, a volume size, a priority or a deadline.
+EXAMPLE_VALUES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
+    "GPU-DIST-004": (
+        "the runtime and retry bounds",
+        {
+            "fail-churning-without-bounds.yaml": (
+                "Job ml/eval-sweep",
+                "PyTorchJob ml/llm-sft",
+            ),
+            "fail-no-deadline.yaml": (
+                "CronJob ml/nightly-train",
+                "MPIJob ml/nccl-tests",
+            ),
+        },
+    ),
+    "GPU-QUOTA-002": (
+        "the new PriorityClass value",
+        {
+            "fail-level-while-preemption-in-use.yaml": ("Deployment serving/llm-server",),
+            "fail-no-priorities-and-system-class.yaml": (
+                "Deployment serving/llm-server",
+                "Job research/urgent",
+            ),
+            "fail-no-priority-classes.yaml": ("Deployment serving/llm-server",),
+        },
+    ),
+    "GPU-STO-004": (
+        "the volume size",
+        {
+            "fail-unbounded-hf-cache.yaml": (
+                "Deployment inference/tgi",
+                "Deployment inference/tgi-70b",
+                "Deployment inference/vllm-ram-cache",
+                "Deployment test-ai/qwen-predictor",
+            ),
+        },
+    ),
+    # Only where a container sets no memory limit: otherwise the pod's limits bound the
+    # volume, and the fix writes no sizeLimit.
+    "GPU-WL-003": (
+        "the /dev/shm size",
+        {
+            "fail-disk-backed-shm.yaml": ("PyTorchJob research/llm-pretrain",),
+            "fail-knative-tensor-parallel-without-dev-shm.yaml": ("Service serving/llama-tp2",),
+            "fail-multi-process-and-multi-pod.yaml": (
+                "Job research/ddp-8gpu-noshm",
+                "MPIJob research/nccl-allreduce",
+                "PyTorchJob research/ddp-4x1",
+            ),
+            "fail-no-shm.yaml": ("PyTorchJob research/mnist-gloo",),
+        },
+    ),
+    "GPU-WL-007": (
+        "the memory size",
+        {
+            "fail-colocated-oom-pressure.yaml": (
+                "Pod ml/alone",
+                "Pod ml/disk-evicted",
+                "Pod ml/memory-evicted",
+                "Pod ml/oom-job",
+                "Pod ml/pressure",
+                "Pod team-a/trainer-a",
+            ),
+            "fail-no-memory.yaml": (
+                "Deployment serving/vllm",
+                "Job ml/sweep",
+            ),
+        },
+    ),
+}
+NOT_FIXABLE.update(
+    {
+        (check_id, fixture, ref): f"{CHOOSE} ({what})"
+        for check_id, (what, cases) in EXAMPLE_VALUES.items()
+        for fixture, refs in cases.items()
+        for ref in refs
+    }
+)
 
 
 def _fix(path: Path, check_id: str) -> FixResult:
@@ -379,8 +434,13 @@ def test_a_helm_rendered_object_is_not_changed_and_the_patch_is_shown(tmp_path: 
     result = _fix(path, "GPU-WL-001")
     (fix,) = result.fixes
     assert fix.status is Status.NOT_EDITABLE
-    assert "rendered by Helm (llm-0.3.1)" in fix.reason
-    assert "nvidia.com/gpu" in fix.shown
+    assert fix.reason.startswith("rendered by Helm chart llm-0.3.1: set the chart's values")
+    assert "Helm post-renderer" in fix.reason
+    # The patch is shown as a kustomization's patches entry, not as an edit of the file.
+    (entry,) = yaml.safe_load(fix.shown)["patches"]
+    assert entry["target"] == {"kind": "Deployment", "name": "llm", "namespace": "ml"}
+    (container,) = yaml.safe_load(entry["patch"])["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 1}
     assert result.changes == ()
 
 
@@ -392,6 +452,24 @@ def test_managed_by_helm_counts_as_helm(tmp_path: Path) -> None:
     )
     (fix,) = _fix(path, "GPU-WL-001").fixes
     assert fix.status is Status.NOT_EDITABLE and "Helm" in fix.reason
+
+
+def test_kustomize_build_output_says_where_it_came_from(tmp_path: Path) -> None:
+    """`kustomize build` with buildMetadata [managedByLabel, originAnnotations] marks its
+    output: not editable in place, and the patch goes to the kustomization."""
+    path = tmp_path / "built.yaml"
+    labels = '{"app.kubernetes.io/managed-by": kustomize-v5.4.2}'
+    text = GPU_DEPLOYMENT.replace("{LABELS}", labels).replace(
+        "  namespace: ml\n",
+        '  namespace: ml\n  annotations: {"config.kubernetes.io/origin": "path: base/llm.yaml\\n"}\n',
+        1,
+    )
+    path.write_text(text, encoding="utf-8")
+    result = _fix(path, "GPU-WL-001")
+    (fix,) = result.fixes
+    assert fix.status is Status.NOT_EDITABLE and result.changes == ()
+    assert fix.reason.startswith("built by Kustomize from base/llm.yaml: add this patch")
+    assert yaml.safe_load(fix.shown)["patches"][0]["target"]["name"] == "llm"
 
 
 def test_an_object_of_a_kustomize_directory_gets_a_patches_entry(tmp_path: Path) -> None:
@@ -505,6 +583,17 @@ def test_strategic_merge_adds_a_toleration_once() -> None:
     target = {"tolerations": [dict(toleration)]}
     strategic_merge(target, {"tolerations": [toleration]})
     assert target == {"tolerations": [toleration]}
+
+
+def test_a_null_where_nothing_is_writes_nothing() -> None:
+    # As the API server's strategic merge patch: a null deletes a key that is there, and where
+    # it is not (a manifest's pod template without requests), no null is written.
+    gpu = "nvidia.com/gpu"
+    target: dict[str, object] = {"limits": {gpu: 1, "memory": "4Gi"}}
+    strategic_merge(target, {"limits": {gpu: None}, "requests": {gpu: None}})
+    assert target == {"limits": {"memory": "4Gi"}}
+    strategic_merge(target, {"requests": {gpu: 1, "cpu": None}})
+    assert target == {"limits": {"memory": "4Gi"}, "requests": {gpu: 1}}
 
 
 def test_new_strings_stay_strings_for_a_yaml_1_1_reader() -> None:
@@ -653,19 +742,19 @@ def test_a_custom_resource_is_fixed_through_its_json_patch(tmp_path: Path) -> No
     # The engine writes a custom resource's pod-spec fix as `kubectl patch --type=json` with
     # list indices guarded by test operations (gpu_audit.k8s.cr_patches); fix applies the
     # operations to the file.
-    fixture = FIXTURES / "GPU-WL-003" / "fail-no-shm.yaml"
+    fixture = FIXTURES / "GPU-WL-001" / "fail-operator-custom-resources.yaml"
     snapshot = load_files([str(fixture)])
-    run = run_check(CHECKS["GPU-WL-003"], snapshot)
-    (finding, _) = [f for f in run.findings if f.result.ref.name == "mnist-gloo"]
-    plan = plan_finding(CHECKS["GPU-WL-003"], finding, frozenset(r.ref for r in snapshot.all()))
+    run = run_check(CHECKS["GPU-WL-001"], snapshot)
+    (finding,) = [f for f in run.findings if f.result.ref.name == "batch-inference"]
+    plan = plan_finding(CHECKS["GPU-WL-001"], finding, frozenset(r.ref for r in snapshot.all()))
     (edit,) = plan.edits
     assert isinstance(edit, JsonPatch)
     assert edit.operations[0]["op"] == "test"
     assert {op["op"] for op in edit.operations} == {"test", "add"}
     path = tmp_path / fixture.name
     shutil.copy(fixture, path)
-    _write(_fix(path, "GPU-WL-003"))
-    assert "PyTorchJob research/mnist-gloo" not in _failing("GPU-WL-003", path)
+    _write(_fix(path, "GPU-WL-001"))
+    assert "RayJob research/batch-inference" not in _failing("GPU-WL-001", path)
 
 
 def test_a_document_of_two_list_styles_keeps_both() -> None:
@@ -714,9 +803,14 @@ def test_an_upstream_manifest_keeps_its_layout_where_the_fix_does_not_touch_it(
     # NVIDIA's driver DaemonSet (gpu-operator assets), which no one here wrote: lists written
     # both ways, comments, and flow lists on the line after their key (`command:` then
     # `[sh, -c, ...]`), which ruamel.yaml would join.
+    # Copied into a namespace of its own: with the operator's placeholder namespace it is a
+    # template the operator fills in, which no check judges (gpu_audit.k8s.operator_assets).
     source = upstream_manifest("gpu-operator", "assets", "state-driver", "0500_daemonset.yaml")
     path = tmp_path / source.name
-    shutil.copy(source, path)
+    placeholder = '  namespace: "FILLED BY THE OPERATOR"\n'
+    text = source.read_text(encoding="utf-8")
+    assert text.count(placeholder) == 1
+    path.write_text(text.replace(placeholder, '  namespace: "drivers"\n'), encoding="utf-8")
     original = path.read_text(encoding="utf-8")
     result = run_fix(FixOptions(files=(str(path),), plugins=False))
     ((_, _, after),) = result.changes
@@ -730,3 +824,345 @@ def test_an_upstream_manifest_keeps_its_layout_where_the_fix_does_not_touch_it(
     ]
     assert removed and len(removed) < len(original.splitlines()) // 4
     assert yaml.safe_load(after) != yaml.safe_load(original)
+
+
+def test_beta_topology_labels_become_the_ga_labels_with_the_same_values(tmp_path: Path) -> None:
+    """GPU-SCHED-007's fix (a guarded JSON patch) puts the GA label in place of each beta one
+    with the value it selects, never another zone; a GA label already there is kept as it is;
+    the operator and values of an affinity expression stay; a second run changes nothing."""
+    path = tmp_path / "fail-beta-labels.yaml"
+    shutil.copy(FIXTURES / "GPU-SCHED-007" / "fail-beta-labels.yaml", path)
+    result = _fix(path, "GPU-SCHED-007")
+    assert [f.status for f in result.fixes] == [Status.FIXED] * 3, render_notes(result)
+    _write(result)
+    docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(path.read_text("utf-8"))}
+    assert docs["notebook"]["spec"]["nodeSelector"] == {"topology.kubernetes.io/zone": "us-east-1b"}
+    required = docs["llm"]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert required["nodeSelectorTerms"] == [
+        {
+            "matchExpressions": [
+                {
+                    "key": "node.kubernetes.io/instance-type",
+                    "operator": "In",
+                    "values": ["g5.12xlarge"],
+                }
+            ]
+        }
+    ]
+    worker = docs["finetune"]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert worker["nodeSelector"] == {
+        "topology.kubernetes.io/region": "us-east-1",
+        "node.kubernetes.io/instance-type": "p4d.24xlarge",
+    }
+    assert _failing("GPU-SCHED-007", path) == set()
+    assert _fix(path, "GPU-SCHED-007").changes == ()
+
+
+LLM_CHART = {
+    "Chart.yaml": "apiVersion: v2\nname: llm\nversion: 0.3.1\n",
+    "values.yaml": "zone: us-east-1b\ngpus: 1\n",
+    # The labels of Helm's best practices (helm create writes them).
+    "templates/deployment.yaml": """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ .Release.Name }}-server
+  namespace: ml
+  labels:
+    helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+    app.kubernetes.io/instance: {{ .Release.Name }}
+    app.kubernetes.io/managed-by: {{ .Release.Service }}
+spec:
+  selector: {matchLabels: {app: llm}}
+  template:
+    metadata: {labels: {app: llm}}
+    spec:
+      nodeSelector:
+        failure-domain.beta.kubernetes.io/zone: {{ .Values.zone }}
+      containers:
+        - name: server
+          image: vllm/vllm-openai:v0.6.3
+          resources:
+            requests: {"nvidia.com/gpu": {{ .Values.gpus }}}
+""",
+    # No label says Helm: the `# Source:` comment helm template writes does.
+    "templates/job.yaml": """\
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: {{ .Release.Name }}-warmup, namespace: ml}
+spec:
+  pytorchReplicaSpecs:
+    Worker:
+      replicas: 1
+      template:
+        spec:
+          nodeSelector: {beta.kubernetes.io/instance-type: g5.xlarge}
+          containers:
+            - {name: pytorch, image: "nvcr.io/nvidia/pytorch:24.08-py3", resources: {limits: {nvidia.com/gpu: 1}}}
+""",
+}
+
+
+@pytest.mark.skipif(
+    not os.environ.get("GPU_AUDIT_HELM"), reason="GPU_AUDIT_HELM (a helm binary) is not set"
+)
+def test_helm_template_output_is_not_edited_and_each_finding_says_what_to_change(
+    tmp_path: Path,
+) -> None:
+    """What `helm template` renders is not the source: each finding names the chart, release
+    and template, and shows its patch as a kustomization's `patches:` entry (a strategic merge
+    patch, or the JSON 6902 patch of GPU-SCHED-007 that keeps the zone the chart renders)."""
+    chart = tmp_path / "llm"
+    for name, text in LLM_CHART.items():
+        (chart / name).parent.mkdir(parents=True, exist_ok=True)
+        (chart / name).write_text(text, encoding="utf-8")
+    helm = os.environ["GPU_AUDIT_HELM"]
+    rendered = subprocess.run(
+        [helm, "template", "team-llm", str(chart)], capture_output=True, text=True, check=True
+    ).stdout
+    path = tmp_path / "rendered.yaml"
+    path.write_text(rendered, encoding="utf-8")
+    result = run_fix(
+        FixOptions(files=(str(path),), only=("GPU-WL-001", "GPU-SCHED-007"), plugins=False)
+    )
+    assert result.changes == ()
+    fixes = {(f.check_id, str(f.ref)): f for f in result.fixes}
+    assert set(fixes) == {
+        ("GPU-WL-001", "Deployment ml/team-llm-server"),
+        ("GPU-SCHED-007", "Deployment ml/team-llm-server"),
+        ("GPU-SCHED-007", "PyTorchJob ml/team-llm-warmup"),
+    }
+    assert {f.status for f in fixes.values()} == {Status.NOT_EDITABLE}
+    server = "rendered by Helm chart llm-0.3.1, release team-llm (template "
+    assert fixes["GPU-WL-001", "Deployment ml/team-llm-server"].reason.startswith(
+        server + "llm/templates/deployment.yaml): set the chart's values"
+    )
+    # The custom resource's fix, a JSON patch, is a JSON 6902 entry that keeps the value.
+    warmup = fixes["GPU-SCHED-007", "PyTorchJob ml/team-llm-warmup"]
+    assert warmup.reason.startswith("rendered by Helm chart llm (template llm/templates/job.yaml)")
+    (entry,) = yaml.safe_load(warmup.shown)["patches"]
+    assert entry["target"] == {"kind": "PyTorchJob", "name": "team-llm-warmup", "namespace": "ml"}
+    selector = "/spec/pytorchReplicaSpecs/Worker/template/spec/nodeSelector/"
+    assert yaml.safe_load(entry["patch"]) == [
+        {
+            "op": "test",
+            "path": selector + "beta.kubernetes.io~1instance-type",
+            "value": "g5.xlarge",
+        },
+        {"op": "remove", "path": selector + "beta.kubernetes.io~1instance-type"},
+        {"op": "add", "path": selector + "node.kubernetes.io~1instance-type", "value": "g5.xlarge"},
+    ]
+    (entry,) = yaml.safe_load(fixes["GPU-SCHED-007", "Deployment ml/team-llm-server"].shown)[
+        "patches"
+    ]
+    patch = yaml.safe_load(entry["patch"])
+    assert patch["spec"]["template"]["spec"]["nodeSelector"] == {
+        "failure-domain.beta.kubernetes.io/zone": None,
+        "topology.kubernetes.io/zone": "us-east-1b",
+    }
+    (entry,) = yaml.safe_load(fixes["GPU-WL-001", "Deployment ml/team-llm-server"].shown)["patches"]
+    patch = yaml.safe_load(entry["patch"])
+    assert (patch["apiVersion"], patch["kind"]) == ("apps/v1", "Deployment")
+    (container,) = patch["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    notes = render_notes(result)
+    assert "not editable in place: GPU-SCHED-007 PyTorchJob ml/team-llm-warmup" in notes
+    assert "0 fixed, 0 TODO, 3 not editable in place" in notes
+
+
+# --------------------------------------------------------------------------- removals
+
+ABSENT = "<absent>"
+_GPU_LIMIT = "spec/template/spec/initContainers/0/resources/limits"
+_GPU_REQUEST = "spec/template/spec/initContainers/0/resources/requests"
+_WORKER = "spec/pytorchReplicaSpecs/Worker/template/spec/initContainers/0/resources"
+_PROBE = "spec/template/spec/containers/0/readinessProbe"
+_TOKEN = "spec/template/spec/automountServiceAccountToken"
+# (check, fail fixture) -> {(document, path): (before, after)}: every value the fix changes.
+REMOVALS: dict[tuple[str, str], dict[tuple[int, str], tuple[object, object]]] = {
+    # The init container's limit and request both go (down to the app's 1, or away): a GPU
+    # left in either is still allocated.
+    ("GPU-WL-002", "fail-init-limit-and-request.yaml"): {
+        (0, _GPU_LIMIT + "/nvidia.com/gpu"): ("2", 1),
+        (0, _GPU_REQUEST + "/nvidia.com/gpu"): ("2", 1),
+        (1, _WORKER + "/limits/nvidia.com/gpu"): (1, ABSENT),
+        (1, _WORKER + "/limits"): (ABSENT, {}),
+        (1, _WORKER + "/requests/nvidia.com/gpu"): (1, ABSENT),
+        (1, _WORKER + "/requests"): (ABSENT, {}),
+    },
+    # Privileges only: the 8-GPU trainer keeps its 8, the init container gets none, IPC_LOCK
+    # and the dropped NET_RAW stay.
+    ("GPU-WL-005", "fail-privileged-init-and-capabilities.yaml"): {
+        (0, "spec/template/spec/initContainers/0/securityContext/privileged"): (True, False),
+        (0, "spec/template/spec/containers/0/securityContext/privileged"): (True, False),
+        (1, "spec/template/spec/containers/0/securityContext/capabilities/add/1"): (
+            "CAP_SYS_ADMIN",
+            ABSENT,
+        ),
+    },
+    # One handler: the TCP one goes, the exec startup probe and the probe's timing stay.
+    ("GPU-SRV-002", "fail-tcp-readiness-and-exec-startup.yaml"): {
+        (0, _PROBE + "/tcpSocket/port"): ("http", ABSENT),
+        (0, _PROBE + "/httpGet/path"): (ABSENT, "/v2/health/ready"),
+        (0, _PROBE + "/httpGet/port"): (ABSENT, 9000),
+        (1, _PROBE + "/httpGet/path"): ("/v2/health/live", "/v2/health/ready"),
+    },
+    # The pod's own field wins over its ServiceAccount's, which already opts out.
+    ("GPU-SEC-004", "fail-token-with-secret-access.yaml"): {(3, _TOKEN): (True, False)},
+    # The ServiceAccount is the Jupyter server's too, which uses the API: the pod opts out.
+    # A PyTorchJob's worker sets it itself: a JSON patch of the custom resource.
+    ("GPU-SEC-004", "fail-account-shared-with-api-user.yaml"): {
+        (1, _TOKEN): (ABSENT, False),
+        (3, "spec/pytorchReplicaSpecs/Worker/template/spec/automountServiceAccountToken"): (
+            True,
+            False,
+        ),
+    },
+}
+
+
+def _values(value: object, at: str = "") -> dict[str, object]:
+    """Every scalar (an empty map or list counts as one) of a document by its slash path."""
+    if isinstance(value, dict) and value:
+        return {p: v for k, item in value.items() for p, v in _values(item, f"{at}/{k}").items()}
+    if isinstance(value, list) and value:
+        return {p: v for i, item in enumerate(value) for p, v in _values(item, f"{at}/{i}").items()}
+    return {at.lstrip("/"): value}
+
+
+@pytest.mark.parametrize(("check_id", "fixture"), sorted(REMOVALS), ids=lambda v: str(v))
+def test_a_fix_changes_only_what_it_takes_away(check_id: str, fixture: str, tmp_path: Path) -> None:
+    path = tmp_path / fixture
+    shutil.copy(FIXTURES / check_id / fixture, path)
+    before = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+    result = _fix(path, check_id)
+    assert {f.status for f in result.fixes} == {Status.FIXED}
+    _write(result)
+    after = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+    changed = {}
+    for index, (old, new) in enumerate(zip(before, after, strict=True)):
+        old_values, new_values = _values(old), _values(new)
+        for key in old_values.keys() | new_values.keys():
+            pair = (old_values.get(key, ABSENT), new_values.get(key, ABSENT))
+            if pair[0] != pair[1]:
+                changed[index, key] = pair
+    assert changed == REMOVALS[check_id, fixture]
+    assert _failing(check_id, path) == set()
+
+
+# NVIDIA/k8s-device-plugin examples/tensorflow-notebook.yml (commit 70aa1c42ef0a), with the
+# GPU in requests instead of limits, so that GPU-WL-001 adds the limit: the blank line that
+# ends the resources block stays where it was, before `ports:`.
+TF_NOTEBOOK = """\
+# Copyright (c) 2017, NVIDIA CORPORATION. All rights reserved.
+
+# Define the tensorflow deployment
+apiVersion: apps/v1
+kind: Deployment
+
+metadata:
+  name: tf-notebook
+  labels:
+    app: tf-notebook
+
+spec:
+  replicas: 1
+
+  selector: # define how the deployment finds the pods it mangages
+    matchLabels:
+      app: tf-notebook
+
+  template: # define the pods specifications
+    metadata:
+      labels:
+        app: tf-notebook
+
+    spec:
+      containers:
+      - name: tf-notebook
+        image: tensorflow/tensorflow:1.4.1-gpu-py3
+        resources:
+          requests:
+            nvidia.com/gpu: 1
+
+        ports:
+        - containerPort: 8888
+          hostPort: 8888
+"""
+
+
+def test_keys_added_to_a_block_go_above_the_blank_line_that_ends_it(tmp_path: Path) -> None:
+    path = tmp_path / "tensorflow-notebook.yml"
+    path.write_text(TF_NOTEBOOK, encoding="utf-8")
+    result = _fix(path, "GPU-WL-001")
+    ((_, before, after),) = result.changes
+    assert before == TF_NOTEBOOK
+    expected = TF_NOTEBOOK.replace(
+        "            nvidia.com/gpu: 1\n\n",
+        "            nvidia.com/gpu: 1\n          limits:\n            nvidia.com/gpu: 1\n\n",
+    )
+    assert after == expected
+
+
+# kubernetes-sigs/lws docs/examples/sglang/lws.yaml (commit 060ab4da17ee), trimmed: the image
+# tag is `latest`, and a custom resource's fix is a JSON patch whose value is the
+# `<version>` to choose; written into the file it would become the image reference.
+SGLANG_LWS = """\
+apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata:
+  name: sglang
+spec:
+  replicas: 1
+  leaderWorkerTemplate:
+    size: 2
+    leaderTemplate:
+      metadata:
+        labels:
+          role: leader
+      spec:
+        containers:
+          - name: sglang-leader
+            image: lmsysorg/sglang:latest
+            resources:
+              limits:
+                nvidia.com/gpu: "1"
+    workerTemplate:
+      spec:
+        containers:
+          - name: sglang-worker
+            image: lmsysorg/sglang:latest
+            resources:
+              limits:
+                nvidia.com/gpu: "1"
+"""
+
+
+def test_a_placeholder_in_a_json_patch_makes_a_todo_not_an_image(tmp_path: Path) -> None:
+    path = tmp_path / "lws.yaml"
+    path.write_text(SGLANG_LWS, encoding="utf-8")
+    result = _fix(path, "GPU-WL-006")
+    assert {f.status for f in result.fixes} == {Status.TODO}
+    assert all("<version>" in f.reason for f in result.fixes)
+    ((_, _, after),) = result.changes
+    assert (
+        "<version>" not in after.split("# TODO(gpu-audit ")[-1].split(")", 1)[1].split("\n", 1)[1]
+    )
+    assert after.count("image: lmsysorg/sglang:latest\n") == 2
+    assert after.count("# TODO(gpu-audit GPU-WL-006): ") == 2
+    assert after.endswith(SGLANG_LWS.split("metadata:\n", 1)[1])
+
+
+def test_example_values_of_a_remediation_are_never_written(tmp_path: Path) -> None:
+    # The same upstream LeaderWorkerSet: no memory size, /dev/shm size, PriorityClass value
+    # or deadline comes from gpu-audit; each such finding is a TODO and the YAML is unchanged.
+    path = tmp_path / "lws.yaml"
+    path.write_text(SGLANG_LWS, encoding="utf-8")
+    chosen = {"GPU-WL-007", "GPU-WL-003", "GPU-STO-004", "GPU-QUOTA-002", "GPU-DIST-004"}
+    result = run_fix(FixOptions(files=(str(path),), only=tuple(sorted(chosen)), plugins=False))
+    assert {f.check_id for f in result.fixes} & chosen == {"GPU-WL-003", "GPU-WL-007"}
+    assert all(f.status is Status.TODO for f in result.fixes if f.check_id in chosen)
+    ((_, _, after),) = result.changes
+    assert yaml.safe_load(after) == yaml.safe_load(SGLANG_LWS)

@@ -12,7 +12,7 @@ import yaml
 
 from gpu_audit.engine import builtin_fix, render_remediation
 from gpu_audit.k8s.smp_lists import lost_lists
-from tests.builders import checks, run_check_on
+from tests.builders import checks, container, job, pod, pod_spec, run_check_on
 from tests.json_patch import get, lost, remediated
 from tests.live.cr_remediation_cases import SPOT, TOLERATION
 from tests.live.test_builtin_remediation_acceptance import Builtin, builtins, holds
@@ -114,3 +114,60 @@ def test_a_fix_the_object_already_has_says_what_the_fragment_would_drop() -> Non
     assert out.startswith(f"# {finding.result.ref} already has what the fix writes; ")
     assert f"replaces {TOLERATIONS} whole" in out.splitlines()[0]
     assert yaml.safe_load(out)["spec"]["template"]["spec"]["tolerations"] == [TOLERATION]
+
+
+def _as_job(deployment_doc: Doc) -> Doc:
+    """The Deployment's pod template as a batch/v1 Job's."""
+    template = deployment_doc["spec"]["template"]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": dict(deployment_doc["metadata"]),
+        "spec": {"template": {**template, "spec": {**template["spec"], "restartPolicy": "Never"}}},
+    }
+
+
+def test_a_jobs_template_fix_recreates_the_job_and_a_pods_added_toleration_does_not() -> None:
+    """A Job's pod template is immutable (KEP-2926): a JSON patch of it is refused, so the
+    fix is the same operations applied to the Job read back and recreated. A Pod takes added
+    tolerations in place: its fix stays a patch."""
+    deployment_case = builtins()[0].case
+    job_doc = _as_job(deployment_case.target)
+    objects = [job_doc, *deployment_case.objects[1:]]
+    (finding,) = [
+        f for f in run_check_on("GPU-SCHED-001", objects).findings if f.result.ref.kind == "Job"
+    ]
+    text = finding.remediation
+    assert "a Job's pod template cannot change once created" in text
+    assert "kubectl patch job" not in text.replace("kubectl patch --local", "")
+    assert text.rstrip().endswith("| kubectl replace --force -f -")
+    fixed = remediated(text, job_doc)
+    assert lost(job_doc, fixed, []) == []
+    assert not run_check_on("GPU-SCHED-001", [fixed, *objects[1:]]).findings
+
+    pod_case = builtins()[2].case
+    assert pod_case.target["kind"] == "Pod"
+    run = run_check_on(pod_case.check_id, pod_case.objects)
+    (pod_finding,) = [f for f in run.findings if f.result.ref.kind == "Pod"]
+    assert "kubectl patch pod" in pod_finding.remediation
+    assert "cannot change once created" not in pod_finding.remediation
+
+
+def test_a_pods_spec_fix_says_to_recreate_it_and_a_deployments_does_not() -> None:
+    spec = pod_spec(container(name="cuda", securityContext={"privileged": True}))
+    run = run_check_on(
+        "GPU-WL-005",
+        [
+            pod("bare", spec),
+            job("batch", spec),
+            {**deployment(**spec), "apiVersion": "apps/v1", "metadata": {"name": "d"}},
+        ],
+    )
+    by_kind = {f.result.ref.kind: f.remediation for f in run.findings}
+    assert set(by_kind) == {"Pod", "Job", "Deployment"}
+    assert "a Pod's spec cannot change once created" in by_kind["Pod"]
+    assert "a Job's pod template cannot change once created" in by_kind["Job"]
+    for kind in ("Pod", "Job"):
+        assert "kubectl replace --force -f MANIFEST" in by_kind[kind]
+        assert yaml.safe_load(by_kind[kind])  # still the fragment to merge
+    assert "cannot change once created" not in by_kind["Deployment"]

@@ -33,7 +33,12 @@ class OnFabric:
 
 
 def on_fabric(snapshot: Snapshot) -> Iterator[OnFabric]:
-    """Multi-node GPU templates whose every landing node advertises a fabric resource."""
+    """Multi-node GPU templates whose every landing node advertises a fabric resource (found
+    once per snapshot: several checks ask)."""
+    return iter(snapshot.derived("fabric.on_fabric", lambda s: tuple(_on_fabric(s))))
+
+
+def _on_fabric(snapshot: Snapshot) -> Iterator[OnFabric]:
     for item in multi_node_templates(snapshot):
         where = landing(snapshot, item)
         if where.all_fabric:

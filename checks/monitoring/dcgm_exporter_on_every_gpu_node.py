@@ -18,12 +18,12 @@ from gpu_audit.api import (
     StackDaemonSet,
     Taint,
     active_cluster_policy,
+    agent_pods_by_node,
     as_list,
     as_mapping,
     check,
+    clusterpolicy_placement_fix,
     component_enabled,
-    containers,
-    controller_owner,
     daemonset_not_ready_fix,
     daemonset_placement_fix,
     daemonset_untolerated_taints,
@@ -31,8 +31,9 @@ from gpu_audit.api import (
     gpu_nodes,
     is_operator_operand,
     node_is_schedulable,
+    operator_deployed,
     passed,
-    policy_toleration_patch,
+    pod_is_ready,
     relate,
     stack_agent_runs_on,
 )
@@ -118,7 +119,7 @@ def dcgm_exporter_on_every_gpu_node(snapshot: Snapshot) -> Iterator[Result]:
     if not exporters and (
         component_enabled(policy, "dcgmExporter")
         if policy is not None
-        else _operator_may_deploy(snapshot)
+        else operator_deployed(snapshot)
     ):
         return  # the operator creates its exporter at run time
     nodes = [
@@ -144,16 +145,6 @@ def dcgm_exporter_on_every_gpu_node(snapshot: Snapshot) -> Iterator[Result]:
         cause.seen_taints.extend(found.taints)
     for cause in sorted(causes.values(), key=lambda c: c.target.ref.sort_key):
         yield cause.result()
-
-
-def _operator_may_deploy(snapshot: Snapshot) -> bool:
-    """The GPU Operator runs while its ClusterPolicy is not in the input (not dumped, or not
-    readable): it may be about to create its exporter."""
-    return any(
-        "gpu-operator" in str(c.get("image", ""))
-        for deployment in snapshot.of("Deployment")
-        for c in containers(deployment)
-    )
 
 
 def _opted_out(value: str) -> bool:
@@ -236,9 +227,9 @@ def _not_placed(
 def _covering(snapshot: Snapshot, node: Resource, placed: list[StackDaemonSet]) -> StackDaemonSet:
     """The placed exporter that covers the node: one with a Ready pod there, else one whose
     pods are not in the input, else the first."""
-    index = snapshot.derived("monitoring.pods_with_status_by_owner", _pods_with_status_by_owner)
+    index = agent_pods_by_node(snapshot)
     for agent in placed:
-        if any(_ready(p) for p in index.get(agent.daemonset.ref, {}).get(node.ref.name, [])):
+        if any(pod_is_ready(p) for p in index.get(agent.daemonset.ref, {}).get(node.ref.name, [])):
             return agent
     return next((a for a in placed if a.daemonset.ref not in index), placed[0])
 
@@ -249,14 +240,14 @@ def _not_ready(
     """The placed exporter whose pod on the node is missing or not Ready, when every placed
     exporter has live pods in the input and none is Ready there; None when one is Ready or
     cannot be judged (no pods of it in the input)."""
-    index = snapshot.derived("monitoring.pods_with_status_by_owner", _pods_with_status_by_owner)
+    index = agent_pods_by_node(snapshot)
     broken: list[tuple[StackDaemonSet, list[Resource]]] = []
     for agent in placed:
         by_node = index.get(agent.daemonset.ref)
         if by_node is None:
             return None  # no live pod of it in the input: cannot tell, assume it covers
         pods = sorted(by_node.get(node.ref.name, []), key=lambda p: p.ref.sort_key)
-        if any(_ready(p) for p in pods):
+        if any(pod_is_ready(p) for p in pods):
             return None
         broken.append((agent, pods))
     agent, pods = broken[0]
@@ -362,17 +353,8 @@ def _daemonset_fix(
 
 
 def _policy_fix(policy: Resource, taints: Sequence[Taint], why: str) -> dict[str, str]:
-    if not taints:
-        return {
-            "summary": f"ClusterPolicy {policy.ref.name}: its exporter {why}; check the nodes' "
-            f"{_DEPLOY_LABEL} labels",
-            "command": f"kubectl get nodes -L {_DEPLOY_LABEL}",
-        }
-    return {
-        "summary": f"ClusterPolicy {policy.ref.name}: let its operands tolerate the GPU nodes' "
-        "taints (spec.daemonsets.tolerations)",
-        "command": policy_toleration_patch(policy, taints),
-    }
+    hint = f"check the nodes' {_DEPLOY_LABEL} labels"
+    return clusterpolicy_placement_fix(policy, taints, why, "exporter", [_DEPLOY_LABEL], hint)
 
 
 def _fixed(fix: dict[str, str]) -> Callable[[Sequence[Taint]], dict[str, str]]:
@@ -393,21 +375,3 @@ def _waiting(pod: Resource) -> str:
     ]
     shown = [r for r in dict.fromkeys(reasons) if r]
     return f": {', '.join(shown)}" if shown else ""
-
-
-def _pods_with_status_by_owner(snapshot: Snapshot) -> dict[ObjRef, dict[str, list[Resource]]]:
-    """Controller -> node name -> its Pods there that have a status (live data), so that each
-    node's exporter pods are a lookup, not a pass over every Pod."""
-    index: dict[ObjRef, dict[str, list[Resource]]] = {}
-    for pod in snapshot.of("Pod"):
-        if pod.status and (owner := controller_owner(snapshot, pod)) is not None:
-            by_node = index.setdefault(owner.ref, {})
-            by_node.setdefault(str(pod.spec.get("nodeName") or ""), []).append(pod)
-    return index
-
-
-def _ready(pod: Resource) -> bool:
-    return any(
-        as_mapping(c).get("type") == "Ready" and as_mapping(c).get("status") == "True"
-        for c in as_list(pod.status.get("conditions"))
-    )

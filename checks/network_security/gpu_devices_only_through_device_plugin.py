@@ -19,6 +19,7 @@ from gpu_audit.api import (
     failed,
     gpu_nodes,
     is_gpu_stack_node_agent,
+    is_operator_asset_template,
     is_stack_pod_in_system_namespace,
     passed,
     pod_templates,
@@ -63,8 +64,10 @@ _VISIBLE_DEVICES_FROM_PLUGIN = """\
     """,
     detection="""
         Every pod template except the GPU and network stack's own (a system namespace such as
-        gpu-operator or kube-system AND an NVIDIA/Mellanox/EFA component image, or a
-        DaemonSet built only from GPU-stack images in any namespace) and the managed
+        gpu-operator or kube-system AND an NVIDIA/Mellanox/EFA component image, a DaemonSet
+        built only from GPU-stack images in any namespace, or one of the GPU Operator's asset
+        templates, whose namespace is the operator's "FILLED BY THE OPERATOR": the operator
+        fills them in and runs them as its operands) and the managed
         platform's own GPU agents (kube-system DaemonSets labelled
         addonmanager.kubernetes.io/mode, or built only from GKE's GPU images such as
         nvidia-gpu-device-plugin, which mounts /dev by design): hostPath
@@ -133,6 +136,7 @@ _VISIBLE_DEVICES_FROM_PLUGIN = """\
         "https://github.com/GoogleCloudPlatform/container-engine-accelerators/blob/master/cmd/nvidia_gpu/device-plugin.yaml",
         "https://kubernetes.io/docs/tasks/manage-kubernetes-objects/update-api-object-kubectl-patch/",
         "https://cloud.google.com/kubernetes-engine/docs/how-to/tpus-autopilot",
+        "https://github.com/NVIDIA/gpu-operator/blob/main/controllers/object_controls.go",
     ),
     remediation_root="pod_spec",
 )
@@ -140,8 +144,13 @@ def gpu_devices_only_through_device_plugin(snapshot: Snapshot) -> Iterator[Resul
     gpu_node_list = gpu_nodes(snapshot) if snapshot.count("Node") else None
     for template in pod_templates(snapshot):
         # NVIDIA's static manifests (GFD, device plugin) install into the current namespace,
-        # often `default`: a DaemonSet built only from GPU-stack images is the stack too.
-        if is_stack_pod_in_system_namespace(template) or is_gpu_stack_node_agent(template):
+        # often `default`: a DaemonSet built only from GPU-stack images is the stack too. The
+        # GPU Operator's asset templates become its operands once it fills them in.
+        if (
+            is_stack_pod_in_system_namespace(template)
+            or is_gpu_stack_node_agent(template)
+            or is_operator_asset_template(template.owner)
+        ):
             continue
         if platform := is_platform_gpu_agent(template):
             yield passed(template, f"is {platform}: it reaches devices by design")

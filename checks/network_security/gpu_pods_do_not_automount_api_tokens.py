@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -81,19 +82,33 @@ _RISKY_VERBS = {"get", "list", "watch", "*"}
         read Secrets, create pods/exec, or use wildcards.
     """,
     remediation="""
-        # $kind $namespace/$name uses ServiceAccount $service_account
+        # $kind $namespace/$name uses ServiceAccount $service_account: $where
+        $change
+    """,
+    remediation_generic="""
+        # The pod leaves the token to its ServiceAccount, and no pod of the input that uses
+        # the API runs as it: the ServiceAccount opts out.
         apiVersion: v1
         kind: ServiceAccount
         metadata:
-          name: $service_account
-          namespace: $namespace
+          name: <service-account>
+          namespace: <namespace>
         automountServiceAccountToken: false
-        # or per pod (the pod's field wins over the ServiceAccount's):
-        #   spec: {serviceAccountName: $service_account, automountServiceAccountToken: false}
+        # The pod sets automountServiceAccountToken: true (the pod's field wins over the
+        # ServiceAccount's, so the ServiceAccount cannot opt it out), or the account is shared
+        # with a pod that uses the API: the pod template opts out, a patch of the object
+        #   spec:
+        #     template:
+        #       spec:
+        #         automountServiceAccountToken: false
+        # (a custom resource: a JSON patch of its pod template's path, whose test operation
+        # fails the patch if the field has changed)
+        #   kubectl patch <kind> <name> -n <namespace> --type=json -p '[{"op": "test", "path": "<pod spec path>/automountServiceAccountToken", "value": true}, {"op": "replace", "path": "<pod spec path>/automountServiceAccountToken", "value": false}]'
     """,
     fix_kind=FixKind.MANIFEST,
     references=(
         "https://kubernetes.io/docs/tasks/configure-pod-container/configure-service-account/#opt-out-of-api-credential-automounting",
+        "https://kubernetes.io/docs/reference/kubernetes-api/authentication-resources/service-account-v1/",
         "https://github.com/NVIDIA/dcgm-exporter/blob/main/deployment/examples/dcgm-exporter.yaml",
         "https://github.com/kubeflow/notebooks/blob/notebooks-v1/components/notebook-controller/controllers/notebook_controller.go",
         "https://github.com/NVIDIA/k8s-nim-operator/blob/main/api/apps/v1alpha1/nimservice_types.go",
@@ -159,7 +174,88 @@ def _evaluate(snapshot: Snapshot, template: PodTemplate) -> Result | None:
         message,
         path=path,
         severity=Severity.MEDIUM if risky else None,
-        fix={"service_account": name},
+        fix={"service_account": name, **_fix(snapshot, template, name, account)},
+    )
+
+
+def _fix(
+    snapshot: Snapshot, template: PodTemplate, name: str, account: Resource | None
+) -> dict[str, str]:
+    """Where the opt-out goes. The pod's automountServiceAccountToken wins over the
+    ServiceAccount's (https://kubernetes.io/docs/tasks/configure-pod-container/configure-
+    service-account/#opt-out-of-api-credential-automounting: "If both the ServiceAccount and
+    the Pod's .spec specify a value for automountServiceAccountToken, the Pod spec takes
+    precedence"): a pod that sets it true is fixed in its own template. One that leaves it
+    to the account is fixed in the ServiceAccount, unless a pod of the input that uses the
+    API by design runs as the same account (it would lose its token): then in the template
+    too. A pod-template field the object does not hold itself (inherited from a runtime, or
+    built by an operator) is named, not patched."""
+    field = "automountServiceAccountToken"
+    sets = template.spec.get(field) is True
+    shared = _api_users_of(snapshot, template, name)
+    if not sets and not shared and account is not None:
+        manifest = (
+            f"apiVersion: v1\nkind: {_SERVICE_ACCOUNT}\nmetadata:\n  name: {name}\n"
+            f"  namespace: {template.owner.ref.namespace}\n{field}: false"
+        )
+        where = "the pod leaves the token to the ServiceAccount, which opts out"
+        return {"where": where, "change": manifest}
+    where = (
+        "the pod's own automountServiceAccountToken (true) wins over the ServiceAccount's"
+        if sets
+        else f"{', '.join(shared)} uses the API as the same ServiceAccount"
+    ) + ": the pod template opts out"
+    pointer = "/" + template.path.replace("[", ".").replace("]", "").replace(".", "/")
+    pointer += f"/{field}"
+    if _literal(template, field) is not sets:
+        return {"where": where, "change": f"# set {field}: false in the pod spec at {pointer}"}
+    ref = template.owner.ref
+    if "." not in ref.kind:  # a built-in kind: a strategic merge patch of the object
+        keys = template.path.split(".")
+        lines = [f"{'  ' * depth}{key}:" for depth, key in enumerate(keys)]
+        return {"where": where, "change": "\n".join([*lines, f"{'  ' * len(keys)}{field}: false"])}
+    guard = {"op": "test", "path": pointer, "value": True}
+    operations = [guard, {"op": "replace", "path": pointer, "value": False}] if sets else []
+    if not sets:
+        operations = [{"op": "add", "path": pointer, "value": False}]
+    command = (
+        f"kubectl patch {ref.kind.lower()} {ref.name}"
+        + (f" -n {ref.namespace}" if ref.namespace else "")
+        + f" --type=json -p '{json.dumps(operations)}'"
+    )
+    return {"where": where, "change": command}
+
+
+def _literal(template: PodTemplate, field: str) -> bool | None:
+    """Whether the object holds the pod spec at the template's path itself, with `field`
+    true (True), without it (False); None when the path is not the object's own."""
+    node: Any = template.owner.raw
+    for part in template.path.replace("]", "").replace("[", ".").split("."):
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    if not isinstance(node, Mapping):
+        return None
+    return node.get(field) is True if field in node else False
+
+
+def _api_users_of(snapshot: Snapshot, template: PodTemplate, name: str) -> list[str]:
+    """The pod templates of the input, other than `template`, that use the API by design and
+    run as ServiceAccount `name` of its namespace without a field of their own."""
+    namespace = template.owner.ref.namespace
+    return sorted(
+        {
+            str(other.owner.ref)
+            for other in pod_templates(snapshot)
+            if other.owner.ref.namespace == namespace
+            and str(other.spec.get("serviceAccountName") or "default") == name
+            and "automountServiceAccountToken" not in other.spec
+            and (_uses_api(other) or _operator_account(other))
+            and (other.owner.ref, other.path) != (template.owner.ref, template.path)
+        }
     )
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -114,7 +115,6 @@ _DIRECTIONS = (("ingress", "from"), ("egress", "to"))
     ),
 )
 def network_policy_peers_combine_selectors_as_intended(snapshot: Snapshot) -> Iterator[Result]:
-    templates = tuple(pod_templates(snapshot))
     for policy in snapshot.of("NetworkPolicy"):
         if policy.annotations.get(WAIVER, "").lower() == "or":
             continue
@@ -126,18 +126,25 @@ def network_policy_peers_combine_selectors_as_intended(snapshot: Snapshot) -> It
                 if any("namespaceSelector" in p or "podSelector" in p for p in peers):
                     evaluated = True
                 pointer = f"/spec/{direction}/{index}/{key}"
-                guarded = _guarded_gpu_work(policy, templates)
-                for result in _or_mixups(policy, pointer, peers, guarded):
+                for result in _or_mixups(snapshot, policy, pointer, peers):
                     found = True
                     yield result
         if evaluated and not found:
             yield passed(policy, "every peer combines its selectors unambiguously")
 
 
-def _guarded_gpu_work(policy: Resource, templates: tuple[PodTemplate, ...]) -> str:
+def _templates_by_namespace(snapshot: Snapshot) -> Mapping[str, tuple[PodTemplate, ...]]:
+    out: dict[str, list[PodTemplate]] = defaultdict(list)
+    for template in pod_templates(snapshot):
+        out[template.owner.ref.namespace].append(template)
+    return {namespace: tuple(found) for namespace, found in out.items()}
+
+
+def _guarded_gpu_work(snapshot: Snapshot, policy: Resource) -> str:
     """The first model server or GPU workload the policy selects, "" when it selects none in
-    the input."""
-    for template in templates:
+    the input. A policy selects pods of its own namespace only."""
+    index = snapshot.derived("network_security.templates_by_namespace", _templates_by_namespace)
+    for template in index.get(policy.ref.namespace, ()):
         if not policy_selects(policy, template):
             continue
         serving = KSERVE_ISVC_LABEL in template.labels or any(
@@ -149,7 +156,7 @@ def _guarded_gpu_work(policy: Resource, templates: tuple[PodTemplate, ...]) -> s
 
 
 def _or_mixups(
-    policy: Resource, pointer: str, peers: list[Mapping[str, Any]], guarded: str
+    snapshot: Snapshot, policy: Resource, pointer: str, peers: list[Mapping[str, Any]]
 ) -> Iterator[Result]:
     """`pointer` is the JSON pointer of the peer list (/spec/ingress/0/from)."""
     _, _, direction, index, key = pointer.split("/")
@@ -168,6 +175,7 @@ def _or_mixups(
                 continue
             namespaces = _flow(ns_peer.get("namespaceSelector"))
             pods = _flow(pod_peer.get("podSelector"))
+            guarded = _guarded_gpu_work(snapshot, policy)
             yield failed(
                 policy,
                 f"{path} lists namespaceSelector {namespaces} and podSelector {pods} as separate "

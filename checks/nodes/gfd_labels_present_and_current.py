@@ -28,6 +28,7 @@ from gpu_audit.api import (
     gpu_quantities,
     has_resource_status,
     is_bootstrapping,
+    node_affinity_keys,
     passed,
     policy_operand_runs_on,
 )
@@ -144,17 +145,7 @@ def _selected_label_keys(snapshot: Snapshot) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     gfd_keys = {key for names in _REQUIRED for key in names}
     for template in gpu_pod_templates(snapshot):
-        spec = template.spec
-        keys = {str(k) for k in as_mapping(spec.get("nodeSelector"))}
-        required = as_mapping(
-            as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity")).get(
-                "requiredDuringSchedulingIgnoredDuringExecution"
-            )
-        )
-        for term in map(as_mapping, as_list(required.get("nodeSelectorTerms"))):
-            keys.update(
-                str(as_mapping(e).get("key", "")) for e in as_list(term.get("matchExpressions"))
-            )
+        keys, _ = node_affinity_keys(template.spec)
         owner = template.owner.ref
         for key in keys & gfd_keys:
             found.setdefault(key, set()).add(f"{owner.kind_name} {owner.namespace}/{owner.name}")

@@ -18,13 +18,13 @@ from gpu_audit.api import (
     StackDaemonSet,
     Taint,
     active_cluster_policy,
+    agent_pods_by_node,
     as_list,
     as_mapping,
     builtin_device_plugin,
     check,
+    clusterpolicy_placement_fix,
     component_enabled,
-    containers,
-    controller_owner,
     daemonset_not_ready_fix,
     daemonset_placement_fix,
     daemonset_untolerated_taints,
@@ -39,10 +39,11 @@ from gpu_audit.api import (
     gpu_stack_daemonsets,
     has_resource_status,
     is_bootstrapping,
+    operator_deployed,
     parse_quantity,
     passed,
+    pod_is_ready,
     policy_operand_runs_on,
-    policy_toleration_patch,
     relate,
     stack_agent_runs_on,
 )
@@ -156,6 +157,11 @@ _DEVICE_PLUGIN = "device-plugin"  # the stack role, and the operand's deploy-lab
 _LABELLER_PREFIXES = ("feature.node.kubernetes.io/", "nvidia.com/")
 _NO_PLUGIN = "no plugin pod on the node: check the operator's nodeSelector and the NFD/GFD labels"
 _GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# The labels that select the operator's device plugin: its deploy label and NFD's NVIDIA PCI one.
+_PLUGIN_LABELS = (
+    "nvidia.com/gpu.deploy.device-plugin",
+    "feature.node.kubernetes.io/pci-10de.present",
+)
 
 
 @dataclass
@@ -224,11 +230,7 @@ def _operator_may_deploy(snapshot: Snapshot) -> bool:
     be on the way, so its absence is not the finding's object."""
     if any(gap.type == CLUSTER_POLICY and not gap.api_absent for gap in snapshot.gaps):
         return True
-    return any(
-        "gpu-operator" in str(c.get("image", ""))
-        for deployment in snapshot.of("Deployment")
-        for c in containers(deployment)
-    )
+    return operator_deployed(snapshot)
 
 
 def _owner_related(snapshot: Snapshot, agent: StackDaemonSet) -> list[RelatedRef]:
@@ -285,18 +287,8 @@ def _daemonset_fix(
 
 
 def _policy_fix(policy: Resource, taints: Sequence[Taint], why: str) -> dict[str, str]:
-    if not taints:
-        return {
-            "summary": f"ClusterPolicy {policy.ref.name}: its device plugin {why}; check the "
-            "nodes' nvidia.com/gpu.deploy.* labels and the operator's NFD labels",
-            "command": "kubectl get nodes -L nvidia.com/gpu.deploy.device-plugin,"
-            "feature.node.kubernetes.io/pci-10de.present",
-        }
-    return {
-        "summary": f"ClusterPolicy {policy.ref.name}: let its operands tolerate the GPU nodes' "
-        "taints (spec.daemonsets.tolerations)",
-        "command": policy_toleration_patch(policy, taints),
-    }
+    hint = "check the nodes' nvidia.com/gpu.deploy.* labels and the operator's NFD labels"
+    return clusterpolicy_placement_fix(policy, taints, why, "device plugin", _PLUGIN_LABELS, hint)
 
 
 def _policy_taints(policy: Resource, node: Resource) -> _Cause:
@@ -344,13 +336,13 @@ _CHART_DAEMONSET = "nvdp-nvidia-device-plugin"
 
 def _not_ready(snapshot: Snapshot, node: Resource, placed: list[StackDaemonSet]) -> _Cause | None:
     """The placed plugin whose pod on the node is missing or not Ready, when live pods show it."""
-    index = snapshot.derived("nodes.pods_with_status_by_owner", _pods_with_status_by_owner)
+    index = agent_pods_by_node(snapshot)
     for agent in placed:
         by_node = index.get(agent.daemonset.ref)
         if by_node is None:
             continue  # no live pod of it in the input: cannot tell
         pods = sorted(by_node.get(node.ref.name, []), key=lambda p: p.ref.sort_key)
-        if any(_ready(p) for p in pods):
+        if any(pod_is_ready(p) for p in pods):
             return None  # running and Ready, yet nothing registered: not visible here
         ds = agent.daemonset
         why = (
@@ -366,22 +358,6 @@ def _not_ready(snapshot: Snapshot, node: Resource, placed: list[StackDaemonSet])
             related=_owner_related(snapshot, agent),
         )
     return None
-
-
-def _pods_with_status_by_owner(snapshot: Snapshot) -> dict[ObjRef, dict[str, list[Resource]]]:
-    index: dict[ObjRef, dict[str, list[Resource]]] = {}
-    for pod in snapshot.of("Pod"):
-        if pod.status and (owner := controller_owner(snapshot, pod)) is not None:
-            by_node = index.setdefault(owner.ref, {})
-            by_node.setdefault(str(pod.spec.get("nodeName") or ""), []).append(pod)
-    return index
-
-
-def _ready(pod: Resource) -> bool:
-    return any(
-        as_mapping(c).get("type") == "Ready" and as_mapping(c).get("status") == "True"
-        for c in as_list(pod.status.get("conditions"))
-    )
 
 
 def _pod_reason(snapshot: Snapshot, pod: Resource) -> str:

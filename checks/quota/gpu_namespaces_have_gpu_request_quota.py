@@ -56,7 +56,9 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
         (Terminating, BestEffort, PriorityClass...) match the pod, or be admitted by Kueue
         (a queue-name label naming a LocalQueue of the namespace whose ClusterQueue has a
         nominalQuota for the resource). A ResourceQuota that caps a GPU resource only as
-        `limits.<resource>` or the bare name is the object to change: the finding is on it,
+        `limits.<resource>` or the bare name (no `requests.<resource>` beside it: that key
+        caps the resource, and the others are only redundant) is the object to change, also
+        in a namespace with no GPU workload yet: the finding is on it,
         with its namespace and the uncapped workloads as related symptoms. Without any such
         quota the finding is on the Namespace. DRA ResourceClaims are not counted here.
     """,
@@ -169,9 +171,9 @@ def _idle_ineffective_quotas(
         namespace = quota.ref.namespace
         if namespace in SYSTEM_NAMESPACES:
             continue
-        for key, value in sorted(str_map(quota.spec.get("hard")).items()):
-            resource = _ignored_gpu_key(key)
-            if resource is None or (quota.ref, key) in reported:
+        hard = str_map(quota.spec.get("hard"))
+        for key, resource in _ignored_keys(quota):
+            if (quota.ref, key) in reported:
                 continue
             if namespace in by_namespace and any(
                 resource in template_gpus(t) for t in by_namespace[namespace]
@@ -184,15 +186,22 @@ def _idle_ineffective_quotas(
                 f"{namespace} requests {resource} today",
                 path=f"spec.hard[{key}]",
                 severity=Severity.LOW,
-                fix=_key_fix(quota, key, resource, value),
+                fix=_key_fix(quota, key, resource, hard[key]),
             )
 
 
-def _ignored_gpu_key(key: str) -> str | None:
-    """The GPU resource a quota key names in a form the evaluator ignores (limits.<gpu> or
-    the bare <gpu>), else None."""
-    resource = key.removeprefix("limits.")
-    return resource if is_gpu_resource(resource) else None
+def _ignored_keys(quota: Resource) -> list[tuple[str, str]]:
+    """(key, GPU resource) of the quota's keys that name a GPU resource in a form the
+    evaluator ignores (limits.<gpu> or the bare <gpu>) without requests.<gpu> beside them: a
+    quota that also has requests.<gpu> caps the resource, and the other keys are only
+    redundant (the admission form judges the same)."""
+    hard = str_map(quota.spec.get("hard"))
+    out = []
+    for key in sorted(hard):
+        resource = key.removeprefix("limits.")
+        if is_gpu_resource(resource) and f"requests.{resource}" not in hard:
+            out.append((key, resource))
+    return out
 
 
 def _used_note(quota: Resource, key: str) -> str:
@@ -251,12 +260,7 @@ def _missing(
 
 
 def _ineffective_keys(quotas: tuple[Resource, ...], resource: str) -> list[tuple[Resource, str]]:
-    return [
-        (quota, key)
-        for quota in quotas
-        for key in (f"limits.{resource}", resource)
-        if key in str_map(quota.spec.get("hard"))
-    ]
+    return [(quota, key) for quota in quotas for key, r in _ignored_keys(quota) if r == resource]
 
 
 def _quota_counts(quotas: tuple[Resource, ...], template: PodTemplate, resource: str) -> bool:

@@ -4,9 +4,10 @@ Nodes of the snapshot and the nodes Karpenter NodePools could launch."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from gpu_audit.api import (
@@ -23,6 +24,7 @@ from gpu_audit.api import (
     gpu_hosts,
     has_resource_status,
     is_extended_resource,
+    node_affinity_keys,
     node_affinity_matches,
     node_taints,
     nodepool_gpu_scope,
@@ -88,7 +90,8 @@ def _candidate_nodes(
     snapshot: Snapshot, spec: Mapping[str, Any], gpu_only: bool
 ) -> list[CandidateNode]:
     nodes = gpu_hosts(snapshot) if gpu_only else snapshot.of("Node")
-    out = [CandidateNode(n, node_taints(n)) for n in nodes if node_affinity_matches(spec, n)]
+    matching = {id(n) for n in nodes_alike(snapshot, spec, partial(node_affinity_matches, spec))}
+    out = [CandidateNode(n, _taints(snapshot, n)) for n in nodes if id(n) in matching]
     out.extend(
         CandidateNode(p, nodepool_taints(p))
         for p in snapshot.of(NODEPOOL)
@@ -237,6 +240,11 @@ def allocatable(node: Resource) -> dict[str, Decimal]:
     return quantities(node.status.get("allocatable"))
 
 
+def node_allocatable(snapshot: Snapshot, node: Resource) -> Mapping[str, Decimal]:
+    """`allocatable(node)`, parsed once per snapshot and node (read-only)."""
+    return snapshot.fact("scheduling.allocatable", node, allocatable)
+
+
 def resources_short(request: Mapping[str, Decimal], have: Mapping[str, Decimal]) -> list[str]:
     """Requested resources a node of allocatable `have` cannot hold even when empty."""
     return [
@@ -247,31 +255,99 @@ def resources_short(request: Mapping[str, Decimal], have: Mapping[str, Decimal])
     ]
 
 
-def eligible_nodes(snapshot: Snapshot, template: PodTemplate) -> list[Resource]:
+def _eligibility_key(template: PodTemplate) -> str:
+    tolerations = template.spec.get("tolerations")
+    return placement_key(template.spec, tolerations, sorted(extended_resources(template)))
+
+
+def eligible_nodes(snapshot: Snapshot, template: PodTemplate) -> tuple[Resource, ...]:
     """Nodes with resource status the template may land on (selectors, affinity, hard
     taints); templates alike in what that reads share one pass over the nodes."""
-    tolerations = template.spec.get("tolerations")
-    key = placement_key(template.spec, tolerations, sorted(extended_resources(template)))
-    return list(
-        snapshot.derived(
-            ("scheduling.eligible_nodes", key),
-            lambda s: tuple(
-                n
-                for n in s.of("Node")
-                if has_resource_status(n)
-                and node_affinity_matches(template.spec, n)
-                and not blocking_taints(template, node_taints(n))
-            ),
+
+    def eligible(node: Resource) -> bool:
+        return (
+            has_resource_status(node)
+            and node_affinity_matches(template.spec, node)
+            and not blocking_taints(template, node_taints(node))
         )
+
+    return snapshot.derived(
+        ("scheduling.eligible_nodes", _eligibility_key(template)),
+        lambda s: nodes_alike(s, template.spec, eligible),
+    )
+
+
+def nodes_alike(
+    snapshot: Snapshot, spec: Mapping[str, Any], accept: Callable[[Resource], bool]
+) -> tuple[Resource, ...]:
+    """The Nodes that pass `accept`, in order, where `accept` reads of a node only the labels
+    the pod spec's nodeSelector and required node affinity name, its name when a term selects
+    by field, its taints and whether it has resource status: it is called once per node shape
+    (nodes that agree on those), and a cluster of thousands of nodes has few shapes."""
+    keys, by_field = node_affinity_keys(spec)
+    named = tuple(sorted(keys))
+    shape_of, first = snapshot.derived(
+        ("scheduling.node_shapes", named, by_field), lambda s: _node_shapes(s, named, by_field)
+    )
+    passing = [accept(node) for node in first]
+    nodes = snapshot.of("Node")
+    return tuple(n for n, shape in zip(nodes, shape_of, strict=True) if passing[shape])
+
+
+def _taints(snapshot: Snapshot, node: Resource) -> tuple[Taint, ...]:
+    """node_taints, read once per snapshot and node."""
+    return snapshot.fact("scheduling.node_taints", node, node_taints)
+
+
+def _node_shapes(
+    snapshot: Snapshot, keys: tuple[str, ...], by_field: bool
+) -> tuple[tuple[int, ...], tuple[Resource, ...]]:
+    """Each Node's shape for nodes_alike, and the first node of each shape."""
+    index: dict[Hashable, int] = {}
+    shape_of: list[int] = []
+    first: list[Resource] = []
+    for node in snapshot.of("Node"):
+        labels = node.labels
+        shape = (
+            tuple(labels.get(k) for k in keys),
+            node.ref.name if by_field else "",
+            _taints(snapshot, node),
+            has_resource_status(node),
+        )
+        found = index.get(shape)
+        if found is None:
+            found = index[shape] = len(first)
+            first.append(node)
+        shape_of.append(found)
+    return tuple(shape_of), tuple(first)
+
+
+def first_fitting_node(
+    snapshot: Snapshot, template: PodTemplate, request: Mapping[str, Decimal]
+) -> Resource | None:
+    """The first eligible node (by name) that could hold `request` if nothing else ran there;
+    templates alike in placement and request share one pass over the nodes."""
+    key = ("scheduling.first_fit", _eligibility_key(template), tuple(sorted(request.items())))
+    return snapshot.derived(
+        key,
+        lambda s: next(
+            (
+                n
+                for n in eligible_nodes(s, template)
+                if not resources_short(request, node_allocatable(s, n))
+            ),
+            None,
+        ),
     )
 
 
 def fits_some_node(snapshot: Snapshot, template: PodTemplate) -> bool | None:
     """Whether some eligible node could hold the pod if nothing else ran there; None when
     the input has no node with resource status to tell."""
-    if not any(has_resource_status(n) for n in snapshot.of("Node")):
-        return None
-    request = effective_pod_request(template)
-    return any(
-        not resources_short(request, allocatable(n)) for n in eligible_nodes(snapshot, template)
+    statuses = snapshot.derived(
+        "scheduling.any_resource_status",
+        lambda s: any(has_resource_status(n) for n in s.of("Node")),
     )
+    if not statuses:
+        return None
+    return first_fitting_node(snapshot, template, effective_pod_request(template)) is not None

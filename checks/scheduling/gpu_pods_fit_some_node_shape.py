@@ -1,4 +1,4 @@
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal
 
 from gpu_audit.api import (
@@ -26,10 +26,11 @@ from gpu_audit.api import (
     quantities,
 )
 from gpu_audit.checks.scheduling._common import (
-    allocatable,
     autoscaler_present,
     blocking_taints,
     eligible_nodes,
+    first_fitting_node,
+    node_allocatable,
     nodepool_may_satisfy,
     resources_short,
 )
@@ -104,7 +105,7 @@ def gpu_pods_fit_some_node_shape(snapshot: Snapshot) -> Iterator[Result]:
         pools = [p for p in snapshot.of(NODEPOOL) if _pool_eligible(template, p)]
         if not nodes and not pools:
             continue
-        result = _verdict(template, request, nodes, pools, scaler)
+        result = _verdict(snapshot, template, request, nodes, pools, scaler)
         if result is not None:
             yield result
 
@@ -135,16 +136,18 @@ def _pool_can_fit(pool: Resource, request: Mapping[str, Decimal]) -> bool:
 
 
 def _verdict(
+    snapshot: Snapshot,
     template: PodTemplate,
     request: Mapping[str, Decimal],
-    nodes: list[Resource],
+    nodes: Sequence[Resource],
     pools: list[Resource],
     scaler: bool,
 ) -> Result | None:
-    for node in nodes:
-        if not resources_short(request, allocatable(node)):
-            return passed(template, f"fits on node {node.ref.name}", path=template.path)
-    if nodes and pools == [] and not any(_gpu_total(allocatable(n)) for n in nodes):
+    fitting = first_fitting_node(snapshot, template, request)
+    if fitting is not None:
+        return passed(template, f"fits on node {fitting.ref.name}", path=template.path)
+    totals = [_gpu_total(node_allocatable(snapshot, n)) for n in nodes]
+    if nodes and pools == [] and not any(totals):
         return None  # the nodes advertise no GPU at all: a node fault, not this pod's shape
     for pool in pools:
         if _pool_can_fit(pool, request):
@@ -159,8 +162,8 @@ def _verdict(
             path=template.path,
             fix=_fix(template, request, {}, [], ""),
         )
-    largest = max(nodes, key=lambda n: _gpu_total(allocatable(n)))
-    have = allocatable(largest)
+    largest = nodes[totals.index(max(totals))]  # the first of the largest, as max() picks
+    have = node_allocatable(snapshot, largest)
     missing = resources_short(request, have)
     details = ", ".join(
         f"{name} {_fmt(name, request[name])} > {_fmt(name, have.get(name, Decimal(0)))}"

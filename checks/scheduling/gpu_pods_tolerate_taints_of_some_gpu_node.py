@@ -22,6 +22,8 @@ from gpu_audit.checks.scheduling._common import (
     auto_tolerated,
     blocking_taints,
     candidate_nodes,
+    extended_resources,
+    placement_key,
 )
 
 _SHOWN = 3
@@ -88,24 +90,54 @@ def gpu_pods_tolerate_taints_of_some_gpu_node(snapshot: Snapshot) -> Iterator[Re
     for template in gpu_pod_templates(snapshot):
         candidates = candidate_nodes(snapshot, template.spec, gpu_only=gpu_only)
         if candidates:
-            yield _verdict(template, candidates, gpu_only)
+            yield _verdict(snapshot, template, candidates, gpu_only)
 
 
-def _verdict(template: PodTemplate, candidates: list[CandidateNode], gpu_only: bool) -> Result:
+Blocking = tuple[int | None, tuple[tuple[Taint, ...], ...]]
+
+
+def _blocking(
+    snapshot: Snapshot, template: PodTemplate, candidates: list[CandidateNode], gpu_only: bool
+) -> Blocking:
+    """The index of the first candidate whose hard taints the template tolerates (None when
+    none does), and the taints that block the first _SHOWN candidates before it. Templates
+    alike in placement, tolerations and extended resources have the same candidates and
+    verdicts: they share one pass over the nodes."""
+    tolerations = template.spec.get("tolerations")
+    extended = sorted(extended_resources(template))
+    key = ("GPU-SCHED-001.blocking", gpu_only, placement_key(template.spec, tolerations, extended))
+
+    def compute(_: Snapshot) -> Blocking:
+        # Nodes of one pool share their taints: judge each distinct set once (5,000 nodes).
+        judged: dict[tuple[Taint, ...], tuple[Taint, ...]] = {}
+        shown: list[tuple[Taint, ...]] = []
+        for index, candidate in enumerate(candidates):
+            taints = judged.get(candidate.taints)
+            if taints is None:
+                taints = judged[candidate.taints] = tuple(
+                    blocking_taints(template, candidate.taints)
+                )
+            if not taints:
+                return index, tuple(shown)
+            if len(shown) < _SHOWN:
+                shown.append(taints)
+        return None, tuple(shown)
+
+    return snapshot.derived(key, compute)
+
+
+def _verdict(
+    snapshot: Snapshot, template: PodTemplate, candidates: list[CandidateNode], gpu_only: bool
+) -> Result:
     path = f"{template.path}.tolerations"
-    # Nodes of one pool share their taints: judge each distinct set once (5,000 nodes).
-    judged: dict[tuple[Taint, ...], list[Taint]] = {}
-    blocked: list[tuple[CandidateNode, list[str]]] = []
-    for candidate in candidates:
-        taints = judged.get(candidate.taints)
-        if taints is None:
-            taints = judged[candidate.taints] = blocking_taints(template, candidate.taints)
-        if not taints:
-            return passed(template, _pass_message(template, candidate), path=path)
-        blocked.append((candidate, [str(t) for t in taints]))
-    first = judged[candidates[0].taints][0]
-    details = "; ".join(f"{c.label}: {', '.join(t)}" for c, t in blocked[:_SHOWN])
-    more = f" (and {len(blocked) - _SHOWN} more)" if len(blocked) > _SHOWN else ""
+    open_index, shown = _blocking(snapshot, template, candidates, gpu_only)
+    if open_index is not None:
+        return passed(template, _pass_message(template, candidates[open_index]), path=path)
+    first = shown[0][0]
+    details = "; ".join(
+        f"{c.label}: {', '.join(map(str, t))}" for c, t in zip(candidates, shown, strict=False)
+    )
+    more = f" (and {len(candidates) - _SHOWN} more)" if len(candidates) > _SHOWN else ""
     which = "candidate GPU node's" if gpu_only else "node's (no node is recognisably a GPU node)"
     return failed(
         template,

@@ -60,8 +60,9 @@ _DOCUMENTED_LOAD: dict[str, tuple[int, str]] = {
         startup probe under 120 s, or under the load time the evidence gives; no readiness
         probe and no startup probe (a startup probe keeps the container un-Ready until it
         succeeds, so it gates traffic during the load). Not flagged: readiness in
-        Knative-managed pods (queue-proxy), of Triton outside KServe (GPU-SRV-002's) and of
-        LeaderWorkerSet workers (clients reach only the leader); the workers of a multi-node
+        Knative-managed pods (queue-proxy), of Triton outside KServe (GPU-SRV-002's), of
+        LeaderWorkerSet workers (clients reach only the leader) and of pods that run to
+        completion (restartPolicy Never or OnFailure: a Job's model download); the workers of a multi-node
         NIMService (the operator's Service selects only the leader and the operator sets the
         workers' probes); servers without liveness probes (no kill risk), CPU-only pods.
     """,
@@ -167,6 +168,10 @@ def _problems(
         or (server.name == TRITON and not owned_by_kserve(container))
         # LeaderWorkerSet workers join the leader's engine; clients reach only the leader.
         or (template.owner.ref.kind_name == "LeaderWorkerSet" and template.replica_type == "worker")
+        # A pod that runs to completion (a Job's must: restartPolicy Never or OnFailure,
+        # https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-template), such
+        # as a NIM `download-to-cache` Job, serves no traffic for readiness to gate.
+        or template.spec.get("restartPolicy") in ("Never", "OnFailure")
     )
     if not container.raw.get("readinessProbe") and not startup and not readiness_elsewhere:
         problem = (

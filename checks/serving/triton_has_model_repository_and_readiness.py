@@ -32,6 +32,12 @@ from ._common import (
 _SHELLS = ("sh", "bash", "ash", "dash")
 _CLOUD_REPOSITORIES = ("s3://", "gs://", "as://")
 _METRICS_PORT = 8002
+_HTTP_PORT = 8000  # tritonserver --http-port's default
+_READY_PATH = "/v2/health/ready"
+# The handlers of a probe (core/v1 ProbeHandler): exactly one may be set.
+_HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
+_MODEL_CLAIM = {"claimName": "model-repository", "readOnly": True}
+_MODEL_MOUNT = {"name": "model-repo", "mountPath": "/models", "readOnly": True}
 # NVIDIA's release images hold no models: a repository path no volume provides is missing.
 _STOCK_IMAGE = ("nvcr.io", "nvidia/tritonserver")
 
@@ -74,22 +80,31 @@ _STOCK_IMAGE = ("nvcr.io", "nvidia/tritonserver")
     """,
     remediation="""
         # $kind $namespace/$name, container $container: $problem
-        volumes:   # where the models live: a PVC, or an s3:// / gs:// --model-repository
+        # $change
+        $fragment
+    """,
+    remediation_generic="""
+        # no --model-repository, or one on no volume: where the models live (a PVC, or an
+        # s3:// / gs:// --model-repository), and the container's args written whole (a patch
+        # replaces the list)
+        volumes:
           - name: model-repo
-            persistentVolumeClaim: {claimName: model-repository, readOnly: true}
-        $section:
-          - name: $container
-            args: $args   # its args, written whole (a patch replaces the list)
+            persistentVolumeClaim: {claimName: <claim>, readOnly: true}
+        containers:
+          - name: <container>
+            args: [<its args>, --model-repository=/models, --strict-readiness=true]
             volumeMounts:
               - {name: model-repo, mountPath: /models, readOnly: true}
-            readinessProbe:
-              httpGet: {path: /v2/health/ready, port: 8000}
-              periodSeconds: 5
-              failureThreshold: 3
-            startupProbe:
-              httpGet: {path: /v2/health/ready, port: 8000}
-              periodSeconds: 10
-              failureThreshold: 30        # 5 minutes for model load
+        # no readiness probe, or one that does not reflect the models: an HTTP probe on
+        # /v2/health/ready of the HTTP port (--http-port, 8000). A probe has one handler: the
+        # handlers the probe has besides are set to null (removed), so that the API server
+        # does not refuse two ("may not specify more than 1 handler type")
+        #   containers:
+        #     - name: <container>
+        #       readinessProbe:
+        #         httpGet: {path: /v2/health/ready, port: 8000}
+        #         tcpSocket: null
+        # POLL model control: the args written whole without --model-control-mode
     """,
     fix_kind=FixKind.PATCH,
     references=(
@@ -97,6 +112,8 @@ _STOCK_IMAGE = ("nvcr.io", "nvidia/tritonserver")
         "https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/model_repository.html",
         "https://github.com/triton-inference-server/server/issues/1931",
         "https://github.com/triton-inference-server/server/blob/main/docs/user_guide/model_management.md",
+        "https://kubernetes.io/docs/tasks/configure-pod-container/configure-liveness-readiness-startup-probes/",
+        "https://github.com/kubernetes/kubernetes/blob/master/pkg/apis/core/validation/validation.go",
     ),
     remediation_root="pod_spec",
 )
@@ -121,12 +138,51 @@ def triton_has_model_repository_and_readiness(snapshot: Snapshot) -> Iterator[Re
                     path=f"{container.path}.{field}",
                     severity=severity,
                     fix={
-                        "section": "initContainers" if container.init else "containers",
                         "container": container.name,
                         "problem": problem,
-                        "args": args,
+                        **_fix(container, field, args, repository=problem in _texts(repository)),
                     },
                 )
+
+
+def _texts(problems: list[Problem]) -> set[str]:
+    return {text for text, _, _ in problems}
+
+
+def _fix(container: Container, field: str, args: str, *, repository: bool) -> dict[str, str]:
+    """The fragment that fixes one problem, and only it: the repository (a volume to choose,
+    the mount, the args), the readiness probe, or the model control mode (the args)."""
+    item: dict[str, Any] = {"name": container.name}
+    lines = []
+    if repository:
+        change = "where the models live: a PVC, or an s3:// / gs:// --model-repository"
+        volume = {"name": "model-repo", "persistentVolumeClaim": _MODEL_CLAIM}
+        lines.append(f"volumes: {json.dumps([volume])}")
+        item["args"] = json.loads(args)
+        item["volumeMounts"] = [_MODEL_MOUNT]
+    elif field == "readinessProbe":
+        change = "a readiness probe of Triton's models, on its HTTP port (one handler)"
+        item["readinessProbe"] = _readiness_probe(container)
+    else:
+        change = "its args written whole (a patch replaces the list), without POLL"
+        item["args"] = json.loads(args)
+    lines.append(f"containers: {json.dumps([item])}")
+    return {"change": change, "fragment": "\n".join(lines)}
+
+
+def _readiness_probe(container: Container) -> dict[str, Any]:
+    """An HTTP probe of /v2/health/ready on the HTTP port. A probe takes one handler (the API
+    server refuses "may not specify more than 1 handler type"), and a patch merges the probe
+    into the one the container has: its other handlers are set to null, which removes them.
+    The rest of the probe it has (timing; an httpGet's scheme, host, headers) stays."""
+    old = as_mapping(container.raw.get("readinessProbe"))
+    port_flag = flag_value(argv(container), "--http-port") or ""
+    port = int(port_flag) if port_flag.isdigit() else _HTTP_PORT
+    probe: dict[str, Any] = {h: None for h in _HANDLERS if h != "httpGet" and h in old}
+    probe["httpGet"] = {"path": _READY_PATH, "port": port}
+    if not old:
+        probe.update({"periodSeconds": 5, "failureThreshold": 3})
+    return probe
 
 
 Problem = tuple[str, Severity | None, str]

@@ -1,4 +1,6 @@
+import json
 from collections.abc import Iterator
+from typing import Any
 
 from gpu_audit.api import (
     NVIDIA_GPU,
@@ -16,6 +18,7 @@ from gpu_audit.api import (
     check,
     failed,
     is_gpu_stack_node_agent,
+    is_operator_asset_template,
     passed,
     pod_templates,
     str_map,
@@ -51,9 +54,10 @@ _OPERATOR_OWNERS = frozenset({"ClusterPolicy", "NVIDIADriver"})
         privileged: true fails high; capabilities.add SYS_ADMIN or ALL, or a hostPath mount of
         /dev, /dev/nvidia* or /dev/dri, fail medium. The GPU stack's own node agents
         (DaemonSets built only from NVIDIA operand images, and DaemonSets the GPU Operator owns
-        through its ClusterPolicy or NVIDIADriver, whatever registry their images come from)
-        are not evaluated, nor are pods that only tolerate every taint (CNI, CSI and
-        kube-proxy DaemonSets).
+        through its ClusterPolicy or NVIDIADriver, whatever registry their images come from,
+        and the operator's asset templates, whose namespace is its placeholder "FILLED BY THE
+        OPERATOR") are not evaluated, nor are pods that only tolerate every taint (CNI, CSI
+        and kube-proxy DaemonSets).
     """,
     severity_evidence="""
         High for a privileged container: the spec alone gives it every GPU device of the node
@@ -62,22 +66,31 @@ _OPERATOR_OWNERS = frozenset({"ClusterPolicy", "NVIDIADriver"})
         privileged operands are by design and not reported.
     """,
     remediation="""
-        # $kind $namespace/$name, container $container
-        $section:
-          - name: $container
+        # $kind $namespace/$name, container $container: $action
+        $fragment
+        # Enforce it: kubectl label ns $namespace pod-security.kubernetes.io/enforce=baseline
+    """,
+    remediation_generic="""
+        # the container's privileges dropped, nothing else of it changed (its resources stay:
+        # the device plugin gives it the GPUs it asks for, and a sidecar or init container asks
+        # for none)
+        containers:
+          - name: <container>
             securityContext:
               privileged: false
-              allowPrivilegeEscalation: false
-              capabilities: {drop: ["ALL"]}
-            resources:
-              limits: {nvidia.com/gpu: 1}   # the device plugin injects exactly the allocated GPUs
-        # Enforce it: kubectl label ns $namespace pod-security.kubernetes.io/enforce=baseline
+              capabilities: {add: [<the added capabilities but SYS_ADMIN and ALL>]}   # or null
+            volumeMounts:
+              - {mountPath: <the mount of host /dev>, $patch: delete}
+        volumes:
+          - {name: <the host /dev volume, when no other container mounts it>, $patch: delete}
+        # Enforce it: kubectl label ns <namespace> pod-security.kubernetes.io/enforce=baseline
     """,
     fix_kind=FixKind.PATCH,
     references=(
         "https://github.com/NVIDIA/k8s-device-plugin/issues/336",
         "https://github.com/NVIDIA/k8s-device-plugin/issues/161",
         "https://kubernetes.io/docs/concepts/security/pod-security-standards/",
+        "https://github.com/NVIDIA/gpu-operator/blob/main/controllers/object_controls.go",
     ),
     remediation_root="pod_spec",
     admission=AdmissionRule(
@@ -110,7 +123,11 @@ def gpu_containers_not_privileged(snapshot: Snapshot) -> Iterator[Result]:
     for template in pod_templates(snapshot):
         if not _targets_gpus(template) or is_gpu_stack_node_agent(template):
             continue
-        if _operator_owned_daemonset(template):
+        # The GPU Operator's own asset templates (assets/state-*/ of NVIDIA/gpu-operator) are
+        # not objects anyone applies: the operator creates each in its namespace with its
+        # ClusterPolicy as controller (controllers/object_controls.go DaemonSet), so the live
+        # object is exempt as operator-owned.
+        if _operator_owned_daemonset(template) or is_operator_asset_template(template.owner):
             continue
         for container in template.containers():
             yield _judge(template, container)
@@ -137,10 +154,7 @@ def _targets_gpus(template: PodTemplate) -> bool:
 
 
 def _judge(template: PodTemplate, container: Container) -> Result:
-    fix = {
-        "section": "initContainers" if container.init else "containers",
-        "container": container.name,
-    }
+    fix = _fix(template, container)
     context = f"{container.path}.securityContext"
     if is_privileged(container):
         return failed(
@@ -162,7 +176,8 @@ def _judge(template: PodTemplate, container: Container) -> Result:
     if device_mounts:
         return failed(
             container,
-            f"mounts host device nodes {', '.join(device_mounts)}, bypassing the device plugin",
+            f"mounts host device nodes {', '.join(p for p, _, _ in device_mounts)}, bypassing "
+            "the device plugin",
             path=f"{container.path}.volumeMounts",
             severity=Severity.MEDIUM,
             fix=fix,
@@ -170,11 +185,64 @@ def _judge(template: PodTemplate, container: Container) -> Result:
     return passed(container, "is unprivileged and gets GPUs only through the device plugin")
 
 
-def _host_device_mounts(template: PodTemplate, container: Container) -> list[str]:
+def _fix(template: PodTemplate, container: Container) -> dict[str, str]:
+    """Every way the container reaches the GPUs, taken away in one patch, and nothing else:
+    privileged false; SYS_ADMIN and ALL out of capabilities.add (a list a patch replaces
+    whole, so the other capabilities are written back); its mounts of host /dev deleted, and
+    the volumes no other container mounts. Its resources stay as they are: a GPU is never
+    given to a container that asks for none (a sidecar, an init container)."""
+    fields: dict[str, Any] = {"name": container.name}
+    context: dict[str, Any] = {}
+    if is_privileged(container):
+        context["privileged"] = False
+    added = [
+        str(c)
+        for c in as_list(as_mapping(container.security_context.get("capabilities")).get("add"))
+    ]
+    kept = [c for c in added if c.upper().removeprefix("CAP_") not in _DANGEROUS_CAPS]
+    if len(kept) < len(added):
+        context["capabilities"] = {"add": kept or None}
+    if context:
+        fields["securityContext"] = context
+    mounts = _host_device_mounts(template, container)
+    if mounts:
+        fields["volumeMounts"] = [{"mountPath": m, "$patch": "delete"} for _, m, _ in mounts]
+    section = "initContainers" if container.init else "containers"
+    fragment = {section: [fields]}
+    others = {
+        str(as_mapping(m).get("name", ""))
+        for c in template.containers()
+        if (c.name, c.init) != (container.name, container.init)
+        for m in as_list(c.raw.get("volumeMounts"))
+    }
+    unused = sorted({v for _, _, v in mounts} - others)
+    if unused:
+        fragment["volumes"] = [{"name": v, "$patch": "delete"} for v in unused]
+    if container.gpu_resource_names():
+        action = "the device plugin still gives it the GPUs it asks for"
+    elif container.init or container.is_sidecar or template.requests_gpu:
+        action = "it asks for no GPU and gets none (the app containers keep theirs)"
+    else:
+        action = (
+            "it asks for no GPU: if it uses the node's GPUs, give it an nvidia.com/gpu limit "
+            "for those it needs"
+        )
+    return {
+        "section": section,
+        "container": container.name,
+        "action": action,
+        "fragment": "\n".join(f"{k}: {json.dumps(v)}" for k, v in fragment.items()),
+    }
+
+
+def _host_device_mounts(template: PodTemplate, container: Container) -> list[tuple[str, str, str]]:
+    """(host path, mount path, volume name) of each mount of host /dev, /dev/nvidia* or
+    /dev/dri."""
     found = []
     for mount in map(as_mapping, as_list(container.raw.get("volumeMounts"))):
-        host = as_mapping(volume(template, str(mount.get("name", ""))).get("hostPath"))
+        name = str(mount.get("name", ""))
+        host = as_mapping(volume(template, name).get("hostPath"))
         path = str(host.get("path", "")).rstrip("/")
         if path == "/dev" or path.startswith(("/dev/nvidia", "/dev/dri")):
-            found.append(path)
+            found.append((path, str(mount.get("mountPath", "")), name))
     return found

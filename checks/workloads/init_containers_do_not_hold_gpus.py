@@ -1,3 +1,4 @@
+import json
 from collections.abc import Iterator
 from decimal import Decimal
 
@@ -50,20 +51,32 @@ from gpu_audit.checks.workloads._common import is_cuda_image
         GPU alongside the app.
     """,
     remediation="""
-        # $kind $namespace/$name: $container should not ask for $resource
-        initContainers:
+        # $kind $namespace/$name: $container $action
+        $section:
           - name: $container
+            resources: $resources
+    """,
+    remediation_generic="""
+        # an init container asking for more GPUs than the app containers: ask for theirs (its
+        # devices are handed on to them); the request too where the container sets one, and
+        # in a Pod (the API server defaults a Pod's missing request to its limit)
+        initContainers:
+          - name: <container>
             resources:
-              requests: {cpu: 500m, memory: 1Gi}   # no GPU here; the app container asks for it
-        containers:
-          - name: $app
-            resources:
-              limits: {$resource: $wanted}   # what the app containers use today
+              limits: {nvidia.com/gpu: <the app containers' GPUs>}
+              requests: {nvidia.com/gpu: <the app containers' GPUs>}
+        # a native sidecar, or an init container of a pod whose app containers ask for none:
+        # no GPU at all (null removes the key; a GPU left as a limit or a request is still
+        # allocated)
+        #       limits: {nvidia.com/gpu: null}
+        #       requests: {nvidia.com/gpu: null}
     """,
     fix_kind=FixKind.PATCH,
     references=(
         "https://kubernetes.io/docs/concepts/workloads/pods/init-containers/#resource-sharing-within-containers",
         "https://github.com/kubernetes/kubernetes/pull/56818",
+        "https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/#consuming-extended-resources",
+        "https://kubernetes.io/docs/tasks/manage-kubernetes-objects/update-api-object-kubectl-patch/#notes-on-the-strategic-merge-patch",
     ),
     remediation_root="pod_spec",
 )
@@ -87,7 +100,6 @@ def _judge(template: PodTemplate, resource: str) -> Iterator[Result]:
     inits = [c for c in containers if c.init and not c.is_sidecar]
     app_gpus = sum((_amount(c, resource) for c in apps), Decimal(0))
     side_gpus = sum((_amount(c, resource) for c in sidecars), Decimal(0))
-    app_name = apps[0].name if apps else "main"
     problems = False
     for sidecar in (c for c in sidecars if _amount(c, resource) > 0):
         problems = True
@@ -103,7 +115,7 @@ def _judge(template: PodTemplate, resource: str) -> Iterator[Result]:
             f"held for the pod's whole life on top of the app containers'{note}",
             path=f"{sidecar.path}.resources",
             severity=Severity.LOW if uses_cuda else Severity.MEDIUM,
-            fix=_fix(sidecar, app_name, resource, app_gpus),
+            fix=_fix(sidecar, resource, None),
         )
     for init in inits:
         excess = _amount(init, resource) - app_gpus - side_gpus
@@ -116,7 +128,7 @@ def _judge(template: PodTemplate, resource: str) -> Iterator[Result]:
                 f"{format_quantity(excess)} stay reserved and idle for the pod's lifetime",
                 path=f"{init.path}.resources",
                 severity=Severity.HIGH if app_gpus == 0 else None,
-                fix=_fix(init, app_name, resource, app_gpus),
+                fix=_fix(init, resource, app_gpus or None),
             )
     if not problems:
         yield passed(
@@ -124,10 +136,29 @@ def _judge(template: PodTemplate, resource: str) -> Iterator[Result]:
         )
 
 
-def _fix(container: Container, app: str, resource: str, wanted: Decimal) -> dict[str, str]:
+def _fix(container: Container, resource: str, wanted: Decimal | None) -> dict[str, str]:
+    """The container's GPU limit, and its request, set to `wanted` or removed (None: null
+    deletes a key in a strategic merge patch, a JSON patch `remove` for a custom resource).
+    The request where the container sets one, and always in a Pod: the API server defaults a
+    Pod's missing request to its limit (not a pod template's), and an extended resource's
+    request must equal its limit, so a live Pod has both, and a GPU left in either is still
+    allocated (or the change is refused)."""
+    amount: int | str | None = None
+    if wanted is not None:
+        text = format_quantity(wanted)
+        amount = int(text) if text.isdigit() else text
+    resources = {"limits": {resource: amount}}
+    if resource in container.requests or container.template.owner.ref.kind == "Pod":
+        resources["requests"] = {resource: amount}
+    action = (
+        f"should ask for no {resource}"
+        if wanted is None
+        else f"should ask for the {amount} {resource} of the app containers (its devices are "
+        "handed on to them)"
+    )
     return {
+        "section": "initContainers",
         "container": container.name,
-        "app": app,
-        "resource": resource,
-        "wanted": format_quantity(wanted),
+        "action": action,
+        "resources": json.dumps(resources, sort_keys=True),
     }

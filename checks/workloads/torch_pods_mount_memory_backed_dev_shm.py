@@ -141,7 +141,7 @@ class Evidence:
           - name: $volume
             emptyDir:
               medium: Memory
-              sizeLimit: 16Gi  # counts against the pod's memory limits; size to the loaders
+              $size_line
         containers:
           - name: $container
             volumeMounts:
@@ -256,7 +256,11 @@ def _verdict(template: PodTemplate, container: Container, evidence: Evidence) ->
         return passed(container, f"mounts memory-backed emptyDir {source['name']} at {SHM}")
     if isinstance(source.get("hostPath"), Mapping):
         return passed(container, f"mounts the node's {SHM} through hostPath {source['name']}")
-    fix = {"container": container.name, "volume": _volume_name(template, source)}
+    fix = {
+        "container": container.name,
+        "volume": _volume_name(template, source),
+        "size_line": _size_line(template),
+    }
     if isinstance(empty_dir, Mapping):
         problem = f"mounts disk-backed emptyDir {source['name']} at {SHM} (medium: Memory missing)"
     elif source:
@@ -269,6 +273,20 @@ def _verdict(template: PodTemplate, container: Container, evidence: Evidence) ->
         severity = Severity.INFO
         problem += "; NCCL_SHM_DISABLE=1 keeps NCCL off it, DataLoader workers still use it"
     return failed(container, problem, severity=severity, fix=fix)
+
+
+def _size_line(template: PodTemplate) -> str:
+    """The volume's size. A memory-backed emptyDir holds at most the sum of the pod's memory
+    limits (https://kubernetes.io/docs/concepts/storage/volumes/#emptydir): when every
+    container sets one, the volume is bounded without a sizeLimit, and the fix chooses none.
+    Otherwise the size is the reader's choice, given as an example."""
+    containers = [c for c in template.containers() if not c.init or c.is_sidecar]
+    if containers and all(
+        as_mapping(as_mapping(c.raw.get("resources")).get("limits")).get("memory")
+        for c in containers
+    ):
+        return "# no sizeLimit: bounded by the pod's memory limits, which it counts against"
+    return "sizeLimit: 16Gi  # counts against the pod's memory limits; size to the loaders"
 
 
 def _shm_mount(container: Container) -> Mapping[str, Any]:

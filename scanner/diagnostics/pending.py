@@ -510,9 +510,11 @@ def _shape_key(
 ) -> str:
     """The pod's scheduling shape: pods with one shape have the same verdicts on every node,
     so replicas of one controller are evaluated against the nodes once. A pod with
-    ResourceClaims is keyed by its whole spec and labels."""
+    ResourceClaims is keyed by its whole spec, labels and namespace. The namespace and labels
+    of other pods count only where topology spread or inter-pod (anti-)affinity reads them,
+    so that Pending pods of many namespaces alike in placement share one evaluation."""
     if claims is not None:
-        held: list[Any] = [pod.labels, spec, claims.memo_key()]
+        held: list[Any] = [pod.ref.namespace, pod.labels, spec, claims.memo_key()]
     else:
         affinity = as_mapping(spec.get("affinity"))
         reads_labels = bool(
@@ -521,7 +523,8 @@ def _shape_key(
             or affinity.get("podAffinity")
             or affinity.get("podAntiAffinity")
         )
-        held = [pod.labels if reads_labels else None, [spec.get(f) for f in _PLACEMENT_FIELDS]]
+        scoped = [pod.ref.namespace, pod.labels] if reads_labels else None
+        held = [scoped, [spec.get(f) for f in _PLACEMENT_FIELDS]]
     return json.dumps([*held, sorted(request.items())], sort_keys=True, default=str)
 
 
@@ -539,7 +542,7 @@ def explain_pending(
     if runtime_class is not None and not pod.spec.get("overhead") and spec.get("overhead"):
         add_quantities(request, quantities(spec.get("overhead")))
     claims = pod_claims_state(snapshot, pod, request, template is not None)
-    key = ("nodes", pod.ref.namespace, _shape_key(ctx, pod, spec, request, claims))
+    key = ("nodes", _shape_key(ctx, pod, spec, request, claims))
     if key not in ctx.memo:
         ctx.memo[key] = node_table(
             ctx,

@@ -142,19 +142,20 @@ class NodeTable:
     def __init__(
         self,
         facts: NodeFacts,
-        outcomes: Sequence[Sequence[Outcome]],
+        failed: Sequence[int],
+        first_reasons: Sequence[tuple[str, ...]],
         verdicts: Callable[[NodeUsage], tuple[Verdict, ...]],
     ) -> None:
+        """`failed`: per node, how many filters fail; `first_reasons`: the reasons of the first
+        that fails."""
         self._facts = facts
         self._verdicts = verdicts
         self._made: dict[int, NodeExplanation] = {}
         # Pods of one shape share the table: what they ask of it is found once.
         self._closest: dict[int, list[NodeExplanation]] = {}
         self._candidates: dict[bool, list[NodeExplanation]] = {}
-        self.failed = tuple(sum(1 for passed, _ in o if not passed) for o in outcomes)
-        self.first_reasons = tuple(
-            next((reasons for passed, reasons in o if not passed), ()) for o in outcomes
-        )
+        self.failed = tuple(failed)
+        self.first_reasons = tuple(first_reasons)
         self.fitting = tuple(
             u.node.ref.name for u, f in zip(facts.usages, self.failed, strict=True) if not f
         )
@@ -254,20 +255,35 @@ def node_table(
             inter_pod_affinity(rules, node),
         )
         per_shape.append(tuple((v.passed, v.reasons) for v in placed))
-    outcomes = []
+    # Nodes of one shape with the same fit (and DynamicResources) outcome share a row.
+    rows: dict[Hashable, tuple[int, tuple[str, ...]]] = {}
+    failed: list[int] = []
+    first_reasons: list[tuple[str, ...]] = []
     for usage, shape, reasons in zip(
         facts.usages, shape_of, _fit_reasons(ctx, request, dra_served), strict=True
     ):
-        unschedulable, taints, affinity, spreading, inter_pod = per_shape[shape]
-        # node_verdicts' order (test_shapes.py compares the two on every node).
-        row = [unschedulable, taints, affinity, (not reasons, reasons), spreading, inter_pod]
+        claimed: Outcome | None = None
         if dra is not None:
             verdict = dra(usage)
-            row.append((verdict.passed, verdict.reasons))
-        outcomes.append(row)
+            claimed = (verdict.passed, tuple(verdict.reasons))
+        key = (shape, reasons, claimed)
+        found = rows.get(key)
+        if found is None:
+            unschedulable, taints, affinity, spreading, inter_pod = per_shape[shape]
+            # node_verdicts' order (test_shapes.py compares the two on every node).
+            row = [unschedulable, taints, affinity, (not reasons, reasons), spreading, inter_pod]
+            if claimed is not None:
+                row.append(claimed)
+            found = rows[key] = (
+                sum(1 for passed, _ in row if not passed),
+                next((why for passed, why in row if not passed), ()),
+            )
+        failed.append(found[0])
+        first_reasons.append(found[1])
     return NodeTable(
         facts,
-        outcomes,
+        failed,
+        first_reasons,
         partial(
             node_verdicts,
             ctx,

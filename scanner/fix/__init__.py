@@ -10,8 +10,10 @@ Each finding's remediation is read into edits (gpu_audit.fix.plan), applied to t
 documents of its file (gpu_audit.fix.documents, gpu_audit.fix.merge), and proven: the input
 is scanned again with the changes, and a finding the changes do not resolve gets its edits
 taken back and becomes a TODO (a `# TODO(gpu-audit <check>): ...` comment above the object,
-and a line of the result). Objects rendered by Helm, objects of a Kustomize directory and
-objects read from stdin are not changed in place: the result says so and shows the patch.
+and a line of the result). Objects rendered by Helm (the chart, release and template named),
+built by Kustomize, of a Kustomize directory, or read from stdin are not changed in place:
+the result says so for each finding and shows its patch as a kustomization's `patches:`
+entry (for a Helm post-renderer, or the directory's kustomization).
 Nothing is written: `FixResult.changes` holds each file's text before and after.
 """
 
@@ -22,18 +24,28 @@ import difflib
 import io
 import sys
 import tempfile
-from collections.abc import Iterable, MutableMapping
+import textwrap
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import IO, Any
 
+import yaml
+from ruamel.yaml.scalarstring import LiteralScalarString
+
 from gpu_audit.declarative import load_check_dirs
 from gpu_audit.engine import Finding, run_checks
 from gpu_audit.errors import InputError
-from gpu_audit.fix.documents import TODO_PREFIX, NotEditableError, YamlFile, dump
+from gpu_audit.fix.documents import (
+    TODO_PREFIX,
+    NotEditableError,
+    YamlFile,
+    dump,
+    opening_comments,
+)
 from gpu_audit.fix.merge import PatchError, json_patch, strategic_merge
-from gpu_audit.fix.plan import Create, Edit, JsonPatch, Merge, Plan, plan_finding
+from gpu_audit.fix.plan import Create, Edit, JsonPatch, Plan, plan_finding
 from gpu_audit.model import Check, ObjRef, Resource, Severity
 from gpu_audit.postscan.exemptions import apply_exemptions
 from gpu_audit.registry import load_checks, select_checks
@@ -44,8 +56,20 @@ from gpu_audit.sources.files import STDIN, expand_paths, load_files
 __all__ = ["FindingFix", "FixOptions", "FixResult", "Status", "render_notes", "run_fix"]
 
 KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+# What says an object was rendered by Helm: the labels of Helm's best practices
+# (https://helm.sh/docs/chart_best_practices/labels/: helm.sh/chart, managed-by {{
+# .Release.Service }}, instance {{ .Release.Name }}), the release annotation Helm sets on the
+# objects it installs, and the `# Source: <chart>/templates/<file>` comment `helm template`
+# writes above each object. Kustomize's output says so only when the kustomization asks for it
+# (https://kubectl.docs.kubernetes.io/references/kustomize/kustomization/buildmetadata/:
+# managedByLabel sets managed-by kustomize-<version>, originAnnotations the file it came from).
 HELM_CHART = "helm.sh/chart"
+HELM_RELEASE = "meta.helm.sh/release-name"
+HELM_SOURCE = "# Source: "
+INSTANCE = "app.kubernetes.io/instance"
 MANAGED_BY = "app.kubernetes.io/managed-by"
+KUSTOMIZE_ORIGIN = "config.kubernetes.io/origin"
+POST_RENDERING = "https://helm.sh/docs/topics/advanced/#post-rendering"
 TODO_CHARS = 160  # of the finding's message in a TODO comment
 
 
@@ -115,6 +139,7 @@ class _Item:
     plan: Plan = field(default_factory=Plan)
     status: Status | None = None
     reason: str = ""
+    as_kustomize_patch: bool = False  # not editable: its fix shown as a Kustomize patch
 
     @property
     def key(self) -> tuple[str, ObjRef]:
@@ -141,20 +166,61 @@ def _open_findings(
     return [(run.check, f) for run in runs for f in run.findings if f.exemption is None]
 
 
-def _not_editable(resource: Resource, known_files: set[str]) -> str:
-    """Why `resource` cannot be changed in its file, or ""."""
+def _helm_release(resource: Resource, opening: list[str]) -> str:
+    """The chart and release that rendered the object ("chart llm-0.3.1, release ml (template
+    llm/templates/deployment.yaml)"), or "" when nothing in it says Helm rendered it."""
+    labels, annotations = resource.labels, resource.annotations
+    source = next((c.removeprefix(HELM_SOURCE) for c in opening if c.startswith(HELM_SOURCE)), "")
+    helm = (
+        HELM_CHART in labels
+        or labels.get(MANAGED_BY, "").lower() == "helm"
+        or HELM_RELEASE in annotations
+        or "/templates/" in source
+    )
+    if not helm:
+        return ""
+    chart = labels.get(HELM_CHART) or source.split("/", 1)[0] or "unknown"
+    release = annotations.get(HELM_RELEASE) or labels.get(INSTANCE)
+    return (
+        f"chart {chart}"
+        + (f", release {release}" if release else "")
+        + (f" (template {source})" if source else "")
+    )
+
+
+def _kustomize_build(resource: Resource) -> str:
+    """Whether Kustomize built the object, as its build metadata says ("built by Kustomize
+    from base/llm.yaml"), or "" when it says nothing."""
+    origin = resource.annotations.get(KUSTOMIZE_ORIGIN)
+    if origin is None and not resource.labels.get(MANAGED_BY, "").lower().startswith("kustomize"):
+        return ""
+    try:
+        path = (yaml.safe_load(origin or "") or {}).get("path")
+    except (yaml.YAMLError, AttributeError):
+        path = None
+    return "built by Kustomize" + (f" from {path}" if isinstance(path, str) else "")
+
+
+def _not_editable(resource: Resource, texts: Mapping[str, str]) -> tuple[str, bool]:
+    """Why `resource` cannot be changed in its file ("" when it can), and whether its fix is
+    to be shown as a Kustomize patch (for Helm's and Kustomize's output and stdin)."""
     path = resource.source.file
-    if path == "<stdin>":
-        return "read from stdin (Helm or Kustomize output): change its source instead"
-    labels = resource.labels
-    if HELM_CHART in labels or labels.get(MANAGED_BY, "").lower() == "helm":
-        chart = labels.get(HELM_CHART) or "its chart"
+    opening = opening_comments(texts[path], resource.source.document) if path in texts else []
+    helm = _helm_release(resource, opening)
+    if helm:
         return (
-            f"rendered by Helm ({chart}): set the chart's values (or change its templates) "
-            "so that it renders this, then upgrade the release"
+            f"rendered by Helm {helm}: set the chart's values (or change its templates) so "
+            "that it renders this, then upgrade the release; or add this patch to the "
+            f"kustomization of a Helm post-renderer ({POST_RENDERING})",
+            True,
         )
-    if path not in known_files:
-        return f"{path}: cannot be matched to an input file"
+    built = _kustomize_build(resource)
+    if built:
+        return f"{built}: add this patch to its kustomization's `patches:`", True
+    if path == "<stdin>":
+        return "read from stdin (Helm or Kustomize output): change its source instead", True
+    if path not in texts:
+        return f"{path}: cannot be matched to an input file", False
     kustomization = next(
         (Path(path).parent / n for n in KUSTOMIZATIONS if (Path(path).parent / n).is_file()),
         None,
@@ -162,29 +228,48 @@ def _not_editable(resource: Resource, known_files: set[str]) -> str:
     if kustomization is not None:
         return (
             f"in a Kustomize directory ({kustomization}): add this patch to its `patches:` "
-            "(or change the base it comes from)"
+            "(or change the base it comes from)",
+            True,
         )
     if path.lower().endswith(".json"):
-        return "a JSON file: apply the patch by hand"
-    return ""
+        return "a JSON file: apply the patch by hand", False
+    return "", False
 
 
-def _kustomize_patch(item: _Item) -> str:
-    """The finding's patches of its object as a Kustomize `patches:` entry."""
-    ref, resource = item.finding.result.ref, item.resource
-    merged: dict[str, Any] = {}
+def _kustomize_patch(item: _Item, snapshot: Snapshot) -> str:
+    """The finding's patches as the entries of a kustomization's `patches:` (a strategic merge
+    patch or a JSON 6902 patch each, in the remediation's order) and the new objects it
+    creates, for its `resources:`; the remediation as it is when it has neither."""
+    entries: list[dict[str, Any]] = []
+    created: list[Any] = []
     for edit in item.plan.edits:
-        if isinstance(edit, Merge) and edit.target == ref:
-            strategic_merge(merged, edit.patch)
-    if not merged:
+        if isinstance(edit, Create):
+            created.append(edit.manifest)
+            continue
+        ref = edit.target
+        target = {"kind": ref.kind_name, "name": ref.name}
+        if ref.namespace:
+            target["namespace"] = ref.namespace
+        if isinstance(edit, JsonPatch):
+            operations = textwrap.dedent(dump([dict(o) for o in edit.operations]))
+            entries.append({"target": target, "patch": LiteralScalarString(operations)})
+            continue
+        found = snapshot.get(ref.kind, ref.namespace, ref.name)
+        metadata = {"name": ref.name, **({"namespace": ref.namespace} if ref.namespace else {})}
+        patch = {
+            "apiVersion": found.api_version if found else item.resource.api_version,
+            "kind": ref.kind_name,
+            "metadata": metadata,
+        }
+        for key, value in edit.patch.items():
+            patch[key] = {**metadata, **value} if key == "metadata" else value
+        entries.append({"target": target, "patch": LiteralScalarString(dump(patch))})
+    if not entries and not created:
         return item.finding.remediation
-    target = {"kind": ref.kind_name, "name": ref.name}
-    if ref.namespace:
-        target["namespace"] = ref.namespace
-    metadata = {"name": ref.name, **({"namespace": ref.namespace} if ref.namespace else {})}
-    patch = {"apiVersion": resource.api_version, "kind": ref.kind_name, "metadata": metadata}
-    strategic_merge(patch, merged)
-    return dump({"patches": [{"target": target, "patch": dump(patch)}]})
+    parts = [dump({"patches": entries})] if entries else []
+    if created:
+        parts.append("# new objects, for its resources:\n" + "---\n".join(map(dump, created)))
+    return "".join(parts)
 
 
 class _Files:
@@ -205,7 +290,7 @@ class _Files:
         resource = self.snapshot.get(ref.kind, ref.namespace, ref.name)
         if resource is None or resource.source.file not in self.texts:
             raise NotEditableError(f"{ref} is not in an input file that can be changed")
-        why = _not_editable(resource, set(self.texts))
+        why, _ = _not_editable(resource, self.texts)
         if why:
             raise NotEditableError(f"{ref}: {why}")
         return self.file(resource.source.file).find(ref, resource.source.document)
@@ -305,7 +390,7 @@ def run_fix(options: FixOptions) -> FixResult:
             continue
         item = _Item(check, finding, resource)
         item.plan = plan_finding(check, finding, existing)
-        why = _not_editable(resource, set(texts))
+        why, item.as_kustomize_patch = _not_editable(resource, texts)
         if why:
             item.status, item.reason = Status.NOT_EDITABLE, why
         elif item.plan.todo:
@@ -325,7 +410,8 @@ def run_fix(options: FixOptions) -> FixResult:
     before_keys = {(c.id, f.result.ref) for c, f in before}
     changes = sorted(files.changes(), key=lambda change: paths.index(change[0]))
     introduced = sorted({f"{c} {ref}" for c, ref, *_ in after if (c, ref) not in before_keys})
-    return FixResult(tuple(_result(item) for item in items), tuple(changes), tuple(introduced))
+    fixes = tuple(_result(item, snapshot) for item in items)
+    return FixResult(fixes, tuple(changes), tuple(introduced))
 
 
 def _attempt(
@@ -387,11 +473,11 @@ def _unresolved(
     return out
 
 
-def _result(item: _Item) -> FindingFix:
+def _result(item: _Item, snapshot: Snapshot) -> FindingFix:
     assert item.status is not None
     shown = ""
-    if item.status is Status.NOT_EDITABLE and "Kustomize" in item.reason:
-        shown = _kustomize_patch(item)
+    if item.status is Status.NOT_EDITABLE and item.as_kustomize_patch:
+        shown = _kustomize_patch(item, snapshot)
     elif item.status is not Status.FIXED:
         shown = item.finding.remediation
     return FindingFix(

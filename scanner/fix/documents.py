@@ -13,6 +13,7 @@ indented like their neighbours, when the result reads back as the same data.
 from __future__ import annotations
 
 import difflib
+import functools
 import io
 import itertools
 import re
@@ -171,8 +172,7 @@ class YamlFile:
         # The scan's document index counts every document; the text before the first ---
         # is one only when it holds more than comments. Only that document is read, unless
         # the object is not there.
-        first = self.chunks[0].body
-        at = document + (0 if any(not is_comment(ln) for ln in first.splitlines()) else 1)
+        at = _chunk_of(self.chunks[0].body, document)
         if at < len(self.chunks):
             chunk = self.chunks[at]
             obj = next((o for o in self._objects(chunk) if _matches(o, ref)), None)
@@ -209,6 +209,29 @@ class YamlFile:
         return text.replace("\n", "\r\n") if self.crlf else text
 
 
+def _chunk_of(first: str, document: int) -> int:
+    """The chunk of the scan's document index: the index counts every document, and the text
+    before the first --- (`first`) is one only when it holds more than comments."""
+    return document + (0 if any(not is_comment(ln) for ln in first.splitlines()) else 1)
+
+
+@functools.lru_cache(maxsize=4)
+def _bodies(text: str) -> tuple[str, ...]:
+    """The documents of a file's text, split once for all the objects asked about."""
+    return tuple(chunk.body for chunk in split_documents(text.replace("\r\n", "\n")))
+
+
+def opening_comments(text: str, document: int) -> list[str]:
+    """The comment lines that open the scan's document `document` of a file's text (`helm
+    template` writes `# Source: <chart>/templates/<file>` there), stripped."""
+    bodies = _bodies(text)
+    at = _chunk_of(bodies[0], document)
+    if at >= len(bodies):
+        return []
+    opening = itertools.takewhile(is_comment, bodies[at].splitlines())
+    return [line.strip() for line in opening if line.strip()]
+
+
 def _indent(line: str) -> int:
     return len(line) - len(line.lstrip(" "))
 
@@ -228,8 +251,6 @@ def _keep_layout(original: str, changed: str) -> str:
     when that does not read back as the same data."""
     written = dump(_yaml().load(original), original).splitlines(keepends=True)
     before, after = original.splitlines(keepends=True), changed.splitlines(keepends=True)
-    if written == before:
-        return changed
     # Where the lines as written stand in the original, by their text without indentation:
     # each line as written -> (its block, the block's lines as written and in the original).
     blocks = difflib.SequenceMatcher(
@@ -256,8 +277,14 @@ def _keep_layout(original: str, changed: str) -> str:
 
     for op, i1, i2, j1, j2 in steps:
         if op != "equal":
+            # ruamel.yaml keeps the blank lines and comments that end a block with its last
+            # key, so keys added to the block come after them; they belong to what follows.
+            gap = _gap_before(out, after[j1:j2], after[j2:]) if op == "insert" else 0
+            tail = out[len(out) - gap :]
+            del out[len(out) - gap :]
             for line in after[j1:j2]:
                 place(line)
+            out.extend(tail)
             continue
         for i in range(i1, i2):
             tag, a1, a2, b1, b2 = origin[i]
@@ -279,6 +306,18 @@ def _keep_layout(original: str, changed: str) -> str:
     return text if same else changed
 
 
+def _gap_before(out: list[str], inserted: list[str], rest: list[str]) -> int:
+    """How many blank and comment lines at the end of `out` the `inserted` lines go above:
+    all of them when the inserted lines are deeper than the line that follows (the gap then
+    separates the block they join from its next sibling), none otherwise."""
+    gap = len(out) - next((i + 1 for i in range(len(out) - 1, -1, -1) if not is_comment(out[i])), 0)
+    first = next((ln for ln in inserted if not is_comment(ln)), None)
+    following = next((ln for ln in rest if not is_comment(ln)), None)
+    if not gap or first is None:
+        return 0
+    return gap if following is None or _level(following) < _level(first) else 0
+
+
 def is_comment(line: str) -> bool:
     """A blank line or a comment line."""
     return not line.strip() or line.lstrip().startswith("#")
@@ -286,12 +325,18 @@ def is_comment(line: str) -> bool:
 
 def _with_todos(body: str, todos: list[tuple[str, str]]) -> str:
     """The TODO comments not yet in `body` (whatever reason an earlier run gave), put above
-    its first line of YAML (after the comments that open the document)."""
+    its first line of YAML (after the comments that open the document). A check's TODOs are
+    there when `body` holds as many of its TODO lines as this run has: the message an earlier
+    run wrote can differ, as another fix of that run changed what the object's scan says."""
     lines = body.splitlines(keepends=True)
+    heads = list(dict.fromkeys(todos))
+    present = Counter(ln.split(")", 1)[0] for ln in lines if ln.startswith(TODO_PREFIX))
+    wanted = Counter(head.split(")", 1)[0] for head, _ in heads)
     new = [
         f"{head} ({reason})\n"
-        for head, reason in dict.fromkeys(todos)
-        if not any(line.startswith(f"{head} (") for line in lines)
+        for head, reason in heads
+        if present[head.split(")", 1)[0]] < wanted[head.split(")", 1)[0]]
+        and not any(line.startswith(f"{head} (") for line in lines)
     ]
     if not new:
         return body

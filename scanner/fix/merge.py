@@ -66,6 +66,8 @@ def strategic_merge(target: MutableMapping[str, Any], patch: Mapping[str, Any]) 
             target.pop(key, None)
             continue
         current = target.get(key)
+        if isinstance(value, Mapping) and value and not _plain(value) and current is None:
+            continue  # only deletions, of keys that are not there: nothing to write
         if isinstance(value, Mapping) and isinstance(current, MutableMapping):
             strategic_merge(current, value)
         elif (
@@ -127,12 +129,13 @@ def _string(text: str) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """A patch value to insert: a deep copy without directives."""
+    """A patch value to insert: a deep copy without directives, and without the nulls (a
+    null deletes a key: where nothing is, it writes nothing)."""
     if isinstance(value, Mapping):
         return {
             k: _plain(v)
             for k, v in value.items()
-            if not (k == DELETE or k.startswith(_DIRECTIVE_PREFIXES))
+            if not (k == DELETE or k.startswith(_DIRECTIVE_PREFIXES) or v is None)
         }
     if isinstance(value, Sequence) and not isinstance(value, str):
         return [_plain(v) for v in value]

@@ -41,6 +41,14 @@ CHOSEN: Mapping[str, tuple[tuple[str, ...], str]] = {
     "GPU-DIST-005": (("persistentVolumeClaim",), "the durable volume to checkpoint to"),
     "GPU-SRV-002": (("persistentVolumeClaim",), "where the model repository lives"),
     "GPU-SHARE-002": ((), "the sharing configuration (replicas, the resources to share)"),
+    "GPU-WL-003": (("sizeLimit",), "the size of the memory-backed /dev/shm"),
+    "GPU-WL-007": (("memory",), "the container's memory request and limit"),
+    "GPU-STO-004": (("sizeLimit",), "the volume's size"),
+    "GPU-QUOTA-002": (("value",), "the new PriorityClass's value among the cluster's classes"),
+    "GPU-DIST-004": (
+        ("activeDeadlineSeconds", "backoffLimit"),
+        "the job's runtime and retry bounds",
+    ),
 }
 
 
@@ -203,8 +211,15 @@ def _written(edit: Edit) -> Any:
 
 
 def _names(edits: list[Edit], fields: tuple[str, ...]) -> bool:
-    """Whether an edit of `edits` writes one of `fields`."""
-    return bool(set().union(*(_keys(_written(e)) for e in edits)) & set(fields))
+    """Whether an edit of `edits` writes one of `fields` (a key of what it writes, or the
+    last step of a JSON patch operation's path: .../limits/memory)."""
+    ends = {
+        str(op.get("path", "")).rsplit("/", 1)[-1]
+        for e in edits
+        if isinstance(e, JsonPatch)
+        for op in e.operations
+    }
+    return bool((ends | set().union(*(_keys(_written(e)) for e in edits))) & set(fields))
 
 
 def _commands(plan: Plan, code: list[str], ref: ObjRef) -> None:
@@ -229,6 +244,16 @@ def _commands(plan: Plan, code: list[str], ref: ObjRef) -> None:
             plan.commands.append(line)
     if any(_PLACEHOLDER.search(c) for c in plan.commands):
         plan.todo = "its commands need values gpu-audit cannot know"
+    unknown = sorted(
+        {
+            m.group(0)
+            for e in plan.edits
+            for s in _strings(_written(e))
+            for m in _PLACEHOLDER.finditer(s)
+        }
+    )
+    if unknown and not plan.todo:
+        plan.todo = f"it needs a value gpu-audit cannot know: {', '.join(unknown)}"
 
 
 def _complete(command: str) -> bool:

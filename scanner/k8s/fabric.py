@@ -46,7 +46,7 @@ from gpu_audit.k8s.pods import (
 )
 from gpu_audit.k8s.quantities import QuantityError, parse_quantity
 from gpu_audit.k8s.ray import RAY_TYPES
-from gpu_audit.k8s.scheduling import schedules_on
+from gpu_audit.k8s.scheduling import schedules_on, schedules_on_key
 from gpu_audit.k8s.training_jobs import (
     KUBEFLOW_REPLICA_KEYS,
     VOLCANO_JOB,
@@ -264,7 +264,9 @@ class Landing:
 def landing(snapshot: Snapshot, item: MultiNodeTemplate) -> Landing:
     """The nodes the job's GPU pods in the input are bound to, else the GPU nodes whose
     labels, affinity and taints admit the template and that have GPUs enough for one pod."""
-    nodes_by_name = {n.ref.name: n for n in snapshot.of("Node")}
+    nodes_by_name = snapshot.derived(
+        "fabric.nodes_by_name", lambda s: {n.ref.name: n for n in s.of("Node")}
+    )
     bound = sorted(
         {
             str(p.spec.get("nodeName"))
@@ -274,12 +276,14 @@ def landing(snapshot: Snapshot, item: MultiNodeTemplate) -> Landing:
     )
     if bound:
         return Landing(tuple(nodes_by_name[n] for n in bound if n in nodes_by_name), True)
-    candidates = tuple(
-        n
-        for n in snapshot.of("Node")
-        if is_gpu_node(n)
-        and node_gpu_count(n) >= max(item.gpus, 1)
-        and schedules_on(item.template.spec, n)
+    spec, gpus = item.template.spec, max(item.gpus, 1)
+    candidates = snapshot.derived(  # templates alike in placement share one pass
+        ("fabric.candidates", schedules_on_key(spec), gpus),
+        lambda s: tuple(
+            n
+            for n in s.of("Node")
+            if is_gpu_node(n) and node_gpu_count(n) >= gpus and schedules_on(spec, n)
+        ),
     )
     return Landing(candidates, False)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 
 from gpu_audit.k8s.objects import as_mapping
 
@@ -55,6 +56,14 @@ def _parse_quantity(value: object) -> Decimal:
         return Decimal(repr(value))
     if not isinstance(value, str):
         raise QuantityError(f"{value!r} is not a quantity")
+    return _parse_text(value)
+
+
+# A cluster repeats few quantity texts ("1", "16Gi") across its objects: each is parsed once.
+# Decimals are immutable, so a cached one is safe to share (gpu-audit never changes the
+# thread's decimal context, which the arithmetic below uses).
+@lru_cache(maxsize=65536)
+def _parse_text(value: str) -> Decimal:
     match = _QUANTITY.match(value.strip())
     if not match:
         raise QuantityError(f"{value!r} is not a quantity")

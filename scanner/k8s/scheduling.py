@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -121,6 +122,19 @@ def schedules_on(pod_spec: Mapping[str, Any], node: Resource) -> bool:
     """Whether the node passes the pod's placement rules (selectors, affinity, taints),
     ignoring resource fit."""
     return node_affinity_matches(pod_spec, node) and not untolerated_taints(pod_spec, node)
+
+
+def schedules_on_key(pod_spec: Mapping[str, Any]) -> str:
+    """What schedules_on reads of a pod spec (nodeSelector, node affinity, tolerations) as one
+    comparable string: pod specs with one key schedule on the same nodes."""
+    affinity = as_mapping(pod_spec.get("affinity")).get("nodeAffinity")
+    parts = [pod_spec.get("nodeSelector"), affinity, pod_spec.get("tolerations")]
+    return json.dumps(parts, sort_keys=True, default=_plain)
+
+
+def _plain(value: object) -> object:
+    """Snapshot values are read-only mappings and tuples; JSON wants dicts and lists."""
+    return dict(value) if isinstance(value, Mapping) else str(value)
 
 
 # --------------------------------------------------------------------------- DaemonSet pods

@@ -24,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from gpu_audit.k8s.kinds import (
     BUILTIN_GROUPS,
     KNOWN_KINDS,
@@ -254,7 +256,7 @@ def _api_client(connection: Connection) -> tuple[Any, str, str]:
             )
             _, active = config.list_kube_config_contexts(config_file=connection.kubeconfig)
             context = connection.context or (active or {}).get("name", "")
-    except (ConfigException, OSError, TypeError, ValueError) as exc:
+    except (ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as exc:
         where = (
             "in-cluster service account" if in_cluster else (connection.kubeconfig or "kubeconfig")
         )
@@ -264,6 +266,19 @@ def _api_client(connection: Connection) -> tuple[Any, str, str]:
     configuration.retries = False
     # The server URL is shown in messages and the report: without userinfo, if it has any.
     return client.ApiClient(configuration), redact_text(configuration.host), context
+
+
+def kubeconfig_contexts(kubeconfig: str | None) -> list[str]:
+    """The context names of a kubeconfig file (default: $KUBECONFIG, ~/.kube/config), in the
+    file's order (`scan --all-contexts`). Raises ConfigError when it cannot be read."""
+    from kubernetes import config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        contexts, _ = config.list_kube_config_contexts(config_file=kubeconfig)
+    except (ConfigException, OSError, TypeError, ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot load {kubeconfig or 'kubeconfig'}: {exc}") from None
+    return [str(c["name"]) for c in contexts or [] if isinstance(c, dict) and c.get("name")]
 
 
 @dataclass

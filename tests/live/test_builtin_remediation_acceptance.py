@@ -17,6 +17,20 @@ the test kube-apiserver:
 2. `test_the_fragment_alone_drops_the_existing_items`: the same fix as the plain strategic
    merge fragment (what gpu-audit rendered before, and still renders without the object)
    applied the same way drops the items each case names: why the fix is a JSON patch.
+3. `test_remediations_that_take_away_gpus_privileges_tokens_or_a_probe_handler`: fixes that
+   remove something, applied the same way as 1: an init container's GPU limit, and its request
+   where it has one (GPU-WL-002, on Deployments and, as a guarded JSON patch, on a
+   PyTorchJob), privileges without a GPU given to a sidecar or an init container
+   (GPU-WL-005), a TCP readiness handler replaced by Triton's HTTP one (GPU-SRV-002: a probe
+   with two handlers is refused), and a pod's own automountServiceAccountToken: true
+   (GPU-SEC-004: the pod's field wins over its ServiceAccount's; on a Deployment and, as a
+   guarded JSON patch, on a PyTorchJob), or false added to a pod whose ServiceAccount a pod
+   that uses the API shares.
+4. `test_fixes_that_shorten_a_list_or_change_another_object`: GPU-WL-005's capabilities.add
+   written back without CAP_SYS_ADMIN (only that item goes), and GPU-SEC-004's ServiceAccount
+   manifest applied (the Deployment is untouched and no longer mounts the token).
+5. `test_a_probe_with_two_handlers_is_refused`: an httpGet merged into a TCP readiness probe
+   (GPU-SRV-002's fix before it set the other handler to null) is refused by the API server.
 """
 
 from __future__ import annotations
@@ -31,7 +45,7 @@ import yaml
 from gpu_audit.engine import Finding, render_remediation
 from gpu_audit.k8s.cr_patches import MERGE_KEYS, pointer
 from gpu_audit.registry import load_checks
-from tests.json_patch import leaves, lost
+from tests.json_patch import get, leaves, lost
 from tests.live.cr_remediation_cases import GPU, NS, SPOT, TOLERATION, VLLM, Case, meta
 from tests.live.test_cr_remediation_acceptance import (
     apply_remediation,
@@ -308,3 +322,260 @@ def test_the_fragment_alone_drops_the_existing_items(
             cleanup(cluster, case)
     with capsys.disabled():
         print("\nlost by the bare strategic merge fragment:\n" + "\n".join(lines))
+
+
+# --------------------------------------------------------------------------- removals
+
+SECRETS_ROLE = {
+    "apiVersion": "rbac.authorization.k8s.io/v1",
+    "kind": "Role",
+    "metadata": meta("read-secrets"),
+    "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}],
+}
+
+
+def service_account(name: str, **fields: Any) -> Doc:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(name), **fields}
+
+
+def token_deployment(name: str, account: str, **pod: Any) -> Doc:
+    """A vLLM Deployment running as `account`, bound to a Role that reads Secrets."""
+    spec = pod_spec(serviceAccountName=account, **pod)
+    spec.pop("nodeSelector")
+    return deployment(name, spec)
+
+
+def binding(account: str) -> Doc:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": meta(f"{account}-read-secrets"),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "read-secrets",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NS}],
+    }
+
+
+def removal_cases() -> list[Case]:
+    no_gpu_app = pod_spec(
+        initContainers=[
+            {
+                "name": "gpu-check",
+                "image": "nvidia/cuda:12.4.1-base-ubuntu22.04",
+                "command": ["nvidia-smi"],
+                "resources": {"limits": {GPU: 1}},
+            }
+        ]
+    )
+    no_gpu_app["containers"][0].pop("resources")
+    from_fixtures = [
+        # a limit only (a pod template's request is not defaulted; a Pod's is)
+        ("Deployment, an init container's GPU limit", "GPU-WL-002", "fail-init-holds-gpus", "llm"),
+        # a limit and a request written in the manifest
+        (
+            "Deployment, an init container's GPU limit and request",
+            "GPU-WL-002",
+            "fail-init-limit-and-request",
+            "embedder",
+        ),
+        (
+            "PyTorchJob, the only GPU on an init container",
+            "GPU-WL-002",
+            "fail-init-limit-and-request",
+            "tokenize",
+        ),
+        (
+            "Deployment, a privileged docker-in-docker sidecar",
+            "GPU-WL-005",
+            "fail-dind-sidecar-and-dev-mount",
+            "ci-runner",
+        ),
+        # two rounds: the init container's privilege, then the 8-GPU trainer's
+        (
+            "Deployment, a privileged init container and trainer",
+            "GPU-WL-005",
+            "fail-privileged-init-and-capabilities",
+            "trainer",
+        ),
+        (
+            "Deployment, a TCP readiness probe",
+            "GPU-SRV-002",
+            "fail-tcp-readiness-and-exec-startup",
+            "triton-tcp",
+        ),
+        (
+            "Deployment, a ServiceAccount shared with a Jupyter server",
+            "GPU-SEC-004",
+            "fail-account-shared-with-api-user",
+            "vllm",
+        ),
+        (
+            "PyTorchJob, a worker's automountServiceAccountToken: true",
+            "GPU-SEC-004",
+            "fail-account-shared-with-api-user",
+            "finetune",
+        ),
+    ]
+    return [
+        *(
+            Case(label, check_id, fixture(check_id, f"{name}.yaml", target))
+            for label, check_id, name, target in from_fixtures
+        ),
+        Case(
+            "Deployment, the only GPU on an init container",
+            "GPU-WL-002",
+            [deployment("gpu-check", no_gpu_app)],
+        ),
+        Case(
+            "Deployment, automountServiceAccountToken: true",
+            "GPU-SEC-004",
+            [
+                token_deployment("finetune", "trainer", automountServiceAccountToken=True),
+                service_account("trainer", automountServiceAccountToken=False),
+                SECRETS_ROLE,
+                binding("trainer"),
+            ],
+        ),
+    ]
+
+
+def apply_keyed_patch(cluster: Cluster, finding: Finding) -> list[dict[str, Any]]:
+    """As apply_named_patch, but an item of a merged list is named where the object has it
+    (by its merge key: a sidecar after the app container), not at its index in the fragment."""
+    ref = finding.result.ref
+    path = cluster.discovery.of_kind(ref.kind).path(ref.namespace, ref.name)
+    status, current = cluster.call("GET", path)
+    assert status == 200, current
+    if is_command(finding.remediation):
+        operations = apply_remediation(cluster, finding)
+    else:
+        status, reply = strategic_patch(cluster, finding)
+        assert status == 200, f"HTTP {status}: {reply}\n{finding.remediation}"
+        fragment = yaml.safe_load(finding.remediation)
+        named = keyed_leaves(current, fragment, ())
+        operations = [{"op": "replace", "path": pointer(p)} for p in named]
+    if not finding.result.path.endswith(".resources"):  # only a fix of resources changes them
+        status, now = cluster.call("GET", path)
+        spec = finding.result.pod_spec_path
+        assert resources(now, spec) == resources(current, spec), finding.remediation
+    return operations
+
+
+def resources(obj: Doc, pod_spec_path: str) -> dict[str, Any]:
+    """Each container's resources in the pod spec at the dotted path (`...[0]...` indexes)."""
+    spec: Any = obj
+    for part in pod_spec_path.replace("]", "").replace("[", ".").split("."):
+        spec = spec[int(part)] if isinstance(spec, list) else spec[part]
+    return {
+        f"{section}/{c['name']}": c.get("resources", {})
+        for section in ("initContainers", "containers")
+        for c in spec.get(section, [])
+    }
+
+
+def keyed_leaves(obj: Any, value: Any, at: tuple[str | int, ...]) -> list[tuple[str | int, ...]]:
+    """The paths in `obj` of the values the strategic merge fragment `value` sets or removes;
+    a list without a merge key is named whole."""
+    if not isinstance(value, dict) or not value:
+        return [at]
+    out: list[tuple[str | int, ...]] = []
+    for key, item in value.items():
+        if isinstance(item, list) and key in MERGE_KEYS:
+            base = obj.get(key, []) if isinstance(obj, dict) else []
+            for entry in item:
+                wanted = entry.get(MERGE_KEYS[key])
+                index = next(
+                    (i for i, old in enumerate(base) if old.get(MERGE_KEYS[key]) == wanted),
+                    len(base),
+                )
+                found = base[index] if index < len(base) else {}
+                rest = {k: v for k, v in entry.items() if k != MERGE_KEYS[key]}
+                out.extend(keyed_leaves(found, rest, (*at, key, index)))
+        else:
+            inner = obj.get(key) if isinstance(obj, dict) else None
+            out.extend(keyed_leaves(inner, item, (*at, key)))
+    return out
+
+
+def in_namespace(kube_request: KubeRequest) -> Cluster:
+    cluster = Cluster(kube_request, discover(kube_request))
+    cluster.ensure_namespace(NS)
+    return cluster
+
+
+def created(cluster: Cluster, case: Case) -> list[Doc]:
+    """The case's objects, created and read back."""
+    for obj in case.objects:
+        status, reply = cluster.apply(obj, dry_run=False)
+        assert status in (200, 201), reply
+    return read_back(cluster, case.objects)
+
+
+def test_remediations_that_take_away_gpus_privileges_tokens_or_a_probe_handler(
+    kube_request: KubeRequest, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = in_namespace(kube_request)
+    run_all(cluster, removal_cases(), capsys, apply_keyed_patch)
+
+
+def test_fixes_that_shorten_a_list_or_change_another_object(kube_request: KubeRequest) -> None:
+    cluster = in_namespace(kube_request)
+    capabilities = Case(
+        "StatefulSet, CAP_SYS_ADMIN beside IPC_LOCK",
+        "GPU-WL-005",
+        fixture("GPU-WL-005", "fail-privileged-init-and-capabilities.yaml", "llm"),
+    )
+    added = ("spec", "template", "spec", "containers", 0, "securityContext", "capabilities", "add")
+    try:
+        before = created(cluster, capabilities)
+        (finding,) = findings_on(capabilities, before)
+        status, reply = strategic_patch(cluster, finding)
+        assert status == 200, f"HTTP {status}: {reply}\n{finding.remediation}"
+        after = read_back(cluster, capabilities.objects)
+        assert get(after[0], added) == ["IPC_LOCK"]
+        problems = lost(before[0], after[0], [{"op": "replace", "path": pointer(added)}])
+        assert problems == ["/".join(map(str, added)) + ": 2 items -> 1"], problems
+        assert findings_on(capabilities, after) == []
+    finally:
+        cleanup(cluster, capabilities)
+    account = service_account("inference")
+    shared = Case(
+        "Deployment, a token left to its ServiceAccount",
+        "GPU-SEC-004",
+        [token_deployment("llm-tokens", "inference"), account, SECRETS_ROLE, binding("inference")],
+    )
+    try:
+        before = created(cluster, shared)
+        (finding,) = findings_on(shared, before)
+        manifest = yaml.safe_load(finding.remediation)
+        assert (manifest["kind"], manifest["metadata"]["name"]) == ("ServiceAccount", "inference")
+        status, reply = cluster.apply(manifest, dry_run=False)
+        assert status == 200, f"HTTP {status}: {reply}\n{finding.remediation}"
+        after = read_back(cluster, shared.objects)
+        assert after[1]["automountServiceAccountToken"] is False
+        assert lost(before[0], after[0], []) == []  # the Deployment is as it was
+        assert findings_on(shared, after) == []
+    finally:
+        cleanup(cluster, shared)
+
+
+def test_a_probe_with_two_handlers_is_refused(kube_request: KubeRequest) -> None:
+    cluster = in_namespace(kube_request)
+    case = Case(
+        "Deployment, a TCP readiness probe",
+        "GPU-SRV-002",
+        fixture("GPU-SRV-002", "fail-tcp-readiness-and-exec-startup.yaml", "triton-tcp"),
+    )
+    try:
+        (finding,) = findings_on(case, created(cluster, case))
+        fragment = yaml.safe_load(finding.remediation)
+        (container,) = fragment["spec"]["template"]["spec"]["containers"]
+        assert container["readinessProbe"].pop("tcpSocket", "absent") is None
+        status, reply = strategic_patch(cluster, replace(finding, remediation=yaml.dump(fragment)))
+        assert status == 422, reply
+        assert "may not specify more than 1 handler type" in reply["message"], reply
+    finally:
+        cleanup(cluster, case)

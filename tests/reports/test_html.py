@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from gpu_audit.cli import main
-from gpu_audit.reports.html import http_url, humanise, quantity, render_html, usage_segments
+from gpu_audit.reports.base import humanise, quantity
+from gpu_audit.reports.html import http_url, render_html, usage_segments
 
 
 class Elements(HTMLParser):
@@ -202,3 +203,22 @@ def test_quantities_are_shown_as_people_read_them() -> None:
     )
     # "5m" outside a cpu clause is not millicores; small numbers stay
     assert humanise("restarted 5m ago, 12345 times") == "restarted 5m ago, 12345 times"
+
+
+def test_a_namespace_listing_says_what_its_usage_counts(
+    runner: CliRunner, sample_cluster: Path
+) -> None:
+    # A live `scan --namespace` lists that namespace's pods alone (source.details.namespace):
+    # the inventory and the pending verdicts say so, and a whole listing says nothing.
+    document = json.loads(scan(runner, sample_cluster, fmt="json"))
+    assert "namespace" not in document["source"]["details"]
+    assert "were listed (a live scan with --namespace)" not in render_html(document)
+    document["source"]["details"]["namespace"] = "ml-<b>training"
+    page = render_html(document)
+    notes = [
+        " ".join(text.split())
+        for text in page.split('<p class="alert warn">')[1:]
+        if "a live scan with --namespace" in text
+    ]
+    assert len(notes) == 2, notes
+    assert all("ml-&lt;b&gt;training" in note for note in notes)

@@ -37,8 +37,16 @@ from typing import Any
 
 import yaml
 
-# libyaml's emitter when PyYAML was built with it (as kubectl, it sorts keys).
-_YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+class _YamlDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """libyaml's emitter when PyYAML was built with it (as kubectl, it sorts keys), without
+    anchors and aliases: kubectl writes a mapping shared by several fields (a Deployment's
+    labels, selector and template labels) out at each, and the loader counts aliased values
+    against its alias limit."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
 
 PODS_PER_NODE = 30
 PODS_PER_NAMESPACE = 150
@@ -1100,7 +1108,7 @@ def write(
         for obj in generate(pods, seed, misconfigured, pending, generated, shape):
             counts[obj["kind"]] = counts.get(obj["kind"], 0) + 1
             if yaml_format:  # one item of the List: "- apiVersion: v1\n  kind: Pod\n..."
-                out.write(yaml.dump([obj], Dumper=_YAML_DUMPER, default_flow_style=False))
+                out.write(yaml.dump([obj], Dumper=_YamlDumper, default_flow_style=False))
             else:
                 out.write(("" if first else ",\n") + json.dumps(obj, separators=(",", ":")))
             first = False

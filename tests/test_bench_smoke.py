@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -96,3 +98,24 @@ def test_generator_is_deterministic_and_bounds_pods(tmp_path: Path) -> None:
     meta = json.loads((tmp_path / "a.json.meta.json").read_text())
     assert meta["pods"] == len(pods)
     assert meta["misconfigured_gpu_workloads"] == sum(meta["faults"].values())
+
+
+def test_generated_yaml_holds_the_json_objects_without_aliases(tmp_path: Path) -> None:
+    # kubectl never writes a YAML anchor: a mapping two fields share (a Deployment's labels,
+    # selector and template labels) is written out at each, as the loader's alias limit expects.
+    dumps = {}
+    for fmt in ("json", "yaml"):
+        path = tmp_path / f"dump.{fmt}"
+        subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "benchmarks" / "generate.py"),
+                *("--pods", "300", "--seed", "7", "--format", fmt, "--output", str(path)),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        dumps[fmt] = path.read_text()
+    events = list(yaml.parse(dumps["yaml"], Loader=yaml.SafeLoader))
+    assert not any(isinstance(e, yaml.AliasEvent) or getattr(e, "anchor", None) for e in events)
+    assert yaml.safe_load(dumps["yaml"]) == json.loads(dumps["json"])

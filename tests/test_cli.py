@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from click.testing import CliRunner
 
 from gpu_audit.cli import main
 from gpu_audit.report import SCHEMA_FILE
+from gpu_audit.sources import live
 
 SEVERITIES = {"critical", "high", "medium", "low", "info"}
 STATUSES = {"passed", "failed", "not_evaluated", "error"}
@@ -245,3 +248,37 @@ def test_checks_list_and_show(runner: CliRunner) -> None:
     )
     missing = runner.invoke(main, ["checks", "show", "GPU-XX-999"])
     assert missing.exit_code == 2 and "unknown check id" in missing.stderr
+
+
+def test_a_cluster_that_refuses_connections_is_given_up_before_the_timeout(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stale context (nothing listens at its address) is retried for the first-contact bound,
+    not the whole --timeout, and named in one line."""
+    monkeypatch.setattr(live, "FIRST_CONTACT_S", 1.0)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = f"https://127.0.0.1:{port}"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "stale", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "stale",
+            }
+        )
+    )
+    started = time.monotonic()
+    result = runner.invoke(
+        main, ["scan", "--kubeconfig", str(kubeconfig), "--timeout", "600", "--no-plugins"]
+    )
+    assert time.monotonic() - started < 60  # far from --timeout: a hang, not a speed goal
+    assert result.exit_code == 3, result.output
+    line = result.stderr.strip().splitlines()[0]
+    assert line.startswith(f"gpu-audit: error: cannot reach the cluster at {server}: gave up after")
+    assert "GET /version" in line and "Traceback" not in result.output

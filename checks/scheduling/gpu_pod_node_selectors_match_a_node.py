@@ -100,7 +100,9 @@ def _verdict(snapshot: Snapshot, template: PodTemplate, keys: list[str], scaler:
 
 
 def _selected_keys(spec: Mapping[str, Any]) -> list[str]:
-    keys = list(str_map(spec.get("nodeSelector")))
+    # A map's keys in the order the API server writes them (Go's encoding/json sorts them), so
+    # a manifest and the live object (or a snapshot file) give the same message.
+    keys = sorted(str_map(spec.get("nodeSelector")))
     required = as_mapping(
         as_mapping(as_mapping(spec.get("affinity")).get("nodeAffinity")).get(
             "requiredDuringSchedulingIgnoredDuringExecution"

@@ -12,7 +12,7 @@ everywhere: the API server decodes it as the field's zero value.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -127,32 +127,59 @@ def wrong_typed_fields(resource: Resource) -> list[str]:
     return out
 
 
-def _check(value: Any, schema: Schema, path: str, out: list[str]) -> None:
+# Where a value sits: the path of the object's field it starts from ("", "spec",
+# "spec.template.spec"), then (parent, key or index) pairs. A field's path is written out only
+# when the field is wrong: most fields are right, and formatting each path cost more than
+# checking its value.
+_Path: TypeAlias = "str | tuple[_Path, str | int]"
+
+
+def _text(path: _Path) -> str:
+    if isinstance(path, str):
+        return path
+    parent, step = path
+    head = _text(parent)
+    if isinstance(step, int):
+        return f"{head}[{step}]"
+    return f"{head}.{step}" if head else step
+
+
+def _check(value: Any, schema: Schema, path: _Path, out: list[str]) -> None:
     if value is None:
         return
     if isinstance(schema, str):
         expected, fits = _SCALARS[schema]
         if not fits(value):
-            out.append(f"{path}: expected {expected}, got {_json_type(value)}")
+            out.append(f"{_text(path)}: expected {expected}, got {_json_type(value)}")
         return
     if isinstance(schema, _ListOf):
         if not isinstance(value, list):
-            out.append(f"{path}: expected a list, got {_json_type(value)}")
-            return
-        for index, item in enumerate(value):
-            _check(item, schema.item, f"{path}[{index}]", out)
+            out.append(f"{_text(path)}: expected a list, got {_json_type(value)}")
+        else:
+            _check_items(enumerate(value), schema.item, path, out)
         return
     if not isinstance(value, dict):
-        out.append(f"{path}: expected an object, got {_json_type(value)}")
+        out.append(f"{_text(path)}: expected an object, got {_json_type(value)}")
+    elif isinstance(schema, _MapOf):
+        _check_items(value.items(), schema.value, path, out)
+    else:
+        for name, field in schema.fields.items():
+            if name in value:
+                _check(value[name], field, (path, name), out)
+
+
+def _check_items(
+    items: Iterable[tuple[str | int, Any]], schema: Schema, path: _Path, out: list[str]
+) -> None:
+    """The items of a list or the values of a map, all of one schema."""
+    if not isinstance(schema, str):
+        for step, item in items:
+            _check(item, schema, (path, step), out)
         return
-    prefix = f"{path}." if path else ""
-    if isinstance(schema, _MapOf):
-        for key, item in value.items():
-            _check(item, schema.value, f"{prefix}{key}", out)
-        return
-    for name, field in schema.fields.items():
-        if name in value:
-            _check(value[name], field, f"{prefix}{name}", out)
+    expected, fits = _SCALARS[schema]  # labels, annotations, args: no call per value
+    for step, item in items:
+        if item is not None and not fits(item):
+            out.append(f"{_text((path, step))}: expected {expected}, got {_json_type(item)}")
 
 
 def _json_type(value: object) -> str:

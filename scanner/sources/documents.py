@@ -196,7 +196,7 @@ def _parse_json(source: Source, limits: Limits, tally: Tally) -> Any:
     del text
     if isinstance(document, dict | list):
         try:
-            tally.values += 1 + _check_json(document, 1, limits, surrogates)
+            tally.values += 1 + _values(document, limits, surrogates)
         except _FieldError as exc:
             raise InputError([f"{name}: document 1: {_at(_join(exc.path))}{exc}"]) from None
         if tally.values > limits.values:
@@ -267,6 +267,35 @@ def _check_json(
         except _FieldError as exc:
             exc.path.insert(0, key)
             raise
+    return count
+
+
+class _TooDeepError(Exception):
+    """_count went deeper than the limit."""
+
+
+def _values(document: dict[str, Any] | list[Any], limits: Limits, surrogates: bool) -> int:
+    """How many values `document` holds, checked by _check_json. When the text escapes no
+    surrogate, only the depth is left to check: _count does that without the per-value work,
+    and a document nested too deep is walked again by _check_json, for the path of the
+    error."""
+    if not surrogates:
+        try:
+            return _count(document, limits.depth)
+        except _TooDeepError:
+            pass
+    return _check_json(document, 1, limits, surrogates)
+
+
+def _count(value: dict[str, Any] | list[Any], levels: int) -> int:
+    """How many values `value` holds, or _TooDeepError when it nests more than `levels`
+    deep."""
+    if levels <= 0:
+        raise _TooDeepError
+    count = len(value)
+    for item in value.values() if value.__class__ is dict else value:
+        if item.__class__ is dict or item.__class__ is list:
+            count += _count(item, levels - 1)
     return count
 
 
@@ -393,7 +422,7 @@ class _YamlReader:
         return _SkippedError(f"{message} (the rest of the file is not read)")
 
     def _build(self, get_event: Callable[[], Any], stack: list[_Frame]) -> Any:
-        limits, tally = self.limits, self.tally
+        limits, tally, plain_text = self.limits, self.tally, _PLAIN_TEXT
         anchors: dict[str, tuple[Any, int]] = {}
         open_anchors: set[str] = set()
         aliased = 0  # values reached again through aliases
@@ -404,7 +433,10 @@ class _YamlReader:
             try:
                 if kind is ScalarEvent:
                     tally.values += 1
-                    value = _scalar(event)
+                    value = event.value
+                    # Quoted or known text (most scalars) without the call: as _scalar has it.
+                    if event.tag is not None or (event.implicit[0] and value not in plain_text):
+                        value = _scalar(event)
                     if event.anchor is not None:
                         anchors[event.anchor] = (value, 1)
                 elif kind is MappingStartEvent or kind is SequenceStartEvent:
@@ -542,19 +574,31 @@ def _copy(value: Any, levels: int, limit: int) -> Any:
     return [_copy(v, levels - 1, limit) if isinstance(v, dict | list) else v for v in value]
 
 
+# Plain scalars found to be text: every key of a document is one, and keys and many values
+# repeat from object to object, so most are resolved once instead of against the patterns
+# again. At most 64 Ki texts of at most 256 characters are kept; cleared when full.
+_PLAIN_TEXT: set[str] = set()
+_PLAIN_TEXT_SIZE = 1 << 16
+_PLAIN_TEXT_LENGTH = 256
+
+
 def _scalar(event: Any) -> Any:
     """The JSON value of a scalar. Its tag decides the type: a plain scalar's is resolved as
     YAML 1.1 resolves it (as PyYAML's safe loader did, and the API server's YAML reader)."""
     value: str = event.value
     tag = event.tag
     if tag is None:
-        if not event.implicit[0]:  # quoted
+        if not event.implicit[0]:  # quoted (_build also returns known text without a call)
             return value
         for candidate, pattern in _IMPLICIT.get(value[:1], ()):
             if pattern.match(value):
                 tag = candidate
                 break
         else:
+            if len(value) <= _PLAIN_TEXT_LENGTH:
+                if len(_PLAIN_TEXT) >= _PLAIN_TEXT_SIZE:
+                    _PLAIN_TEXT.clear()
+                _PLAIN_TEXT.add(value)
             return value
         if tag == MERGE:
             return _MERGE_KEY

@@ -46,6 +46,11 @@ RETRYABLE = frozenset({429, 500, 502, 503, 504})
 MAX_LIST_RESTARTS = 3
 CONNECT_TIMEOUT_S = 10.0  # TCP and TLS handshake of one request, at most
 READ_TIMEOUT_S = 30.0  # silence within one request's answer, at most
+# The first request (/version) is retried this long at most, not the whole --timeout: a server
+# that refuses or drops connections for this long is not there (a wrong context, a stopped
+# cluster); kubectl does not retry at all. An apiserver restarting under a CronJob is back
+# within it.
+FIRST_CONTACT_S = 30.0
 LIVE_SOURCE = SourceLocation("")
 
 
@@ -411,8 +416,9 @@ def _identity(client: _Client) -> dict[str, Any]:
 
 def _connect(api: Any, host: str, deadline: float) -> tuple[_Client, str]:
     client = _Client(api, deadline)
+    first_contact = _Client(api, min(deadline, time.monotonic() + FIRST_CONTACT_S))
     try:
-        version = client.get("/version")
+        version = first_contact.get("/version")
     except _HttpError as exc:
         if exc.status in (401, 403):
             raise LiveError(

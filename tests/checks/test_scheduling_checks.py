@@ -1,9 +1,11 @@
-"""GPU scheduling checks (GPU-SCHED-004/005) on cases the fixtures do not cover."""
+"""GPU scheduling checks (GPU-SCHED-002/004/005) on cases the fixtures do not cover."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+import yaml
 
 from gpu_audit.model import Outcome, Severity
 from tests.builders import (
@@ -13,6 +15,7 @@ from tests.builders import (
     container,
     deployment,
     job,
+    node,
     pod,
     pod_spec,
     run_check_on,
@@ -175,3 +178,23 @@ def test_pending_pod_without_scheduling_status_is_not_evaluated() -> None:
     fresh = _unschedulable("fresh")
     fresh["status"] = {"phase": "Pending"}
     assert run_check_on("GPU-SCHED-005", [fresh]).results == ()
+
+
+# --------------------------------------------------------------------------- GPU-SCHED-002
+
+
+def test_node_selector_message_does_not_depend_on_the_manifests_key_order() -> None:
+    # The API server writes a map's keys sorted; a manifest may not. Both give one message.
+    gpu_node = node("gpu-1", {"pool": "a100", "zone": "a"}, allocatable={"nvidia.com/gpu": "8"})
+    messages = set()
+    for selector in ({"zone": "b", "pool": "h100"}, {"pool": "h100", "zone": "b"}):
+        objects = [gpu_node, deployment("d", pod_spec(nodeSelector=selector))]
+        # YAML text in the manifest's own key order (yaml.safe_dump would sort the keys)
+        text = yaml.dump_all(objects, sort_keys=False)
+        run = run_check_on("GPU-SCHED-002", text)
+        (finding,) = run.findings
+        messages.add(finding.result.message)
+    (message,) = messages
+    assert message.endswith(
+        "no node matches its node selection (pool: nodes have a100; zone: nodes have a)"
+    )

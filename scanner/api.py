@@ -11,6 +11,7 @@ import textwrap
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from gpu_audit.k8s.cr_patches import json_pointer, pointer
 from gpu_audit.k8s.dra import (
     ALL_DEVICES,
     COMPUTE_DOMAIN,
@@ -391,6 +392,8 @@ API_GROUPS: tuple[ApiGroup, ...] = (
         "Pods, templates and owners",
         "Every pod template of every workload kind, its containers, owners and effective requests.",
         (
+            "json_pointer",
+            "pointer",
             "WORKLOAD_TYPES",
             "PodTemplate",
             "Container",
@@ -860,6 +863,7 @@ __all__ = [
     "is_placeholder",
     "is_stack_pod_in_system_namespace",
     "is_transient_taint",
+    "json_pointer",
     "kueue_configuration",
     "label_selector_matches",
     "landing",
@@ -904,6 +908,7 @@ __all__ = [
     "pod_spec",
     "pod_templates",
     "podset_templates",
+    "pointer",
     "policy_operand_runs_on",
     "policy_toleration_patch",
     "quantities",

@@ -17,8 +17,10 @@ from gpu_audit.api import (
     as_mapping,
     check,
     failed,
+    json_pointer,
     passed,
     pod_templates,
+    pointer,
     str_map,
 )
 
@@ -163,20 +165,20 @@ def _renames(template: PodTemplate) -> tuple[list[dict[str, Any]], list[str], st
     on (the nodeSelector's value moved to the GA key, unless the GA key is there already; a
     required affinity expression's key replaced, its operator and values kept; each guarded
     by a test of what it changes), the beta labels, and where the first one is."""
-    base = "/" + _pointer(template.path)
+    base = json_pointer(template.path)
     operations: list[dict[str, Any]] = []
     found: list[tuple[str, str]] = []  # (beta label, where)
     selector = str_map(template.spec.get("nodeSelector"))
     for key, value in sorted(selector.items()):  # a map: its order is not the object's
         if key not in GA_LABEL:
             continue
-        at = f"{base}/nodeSelector/"
+        at = f"{base}/nodeSelector"
         operations += [
-            {"op": "test", "path": at + _escape(key), "value": value},
-            {"op": "remove", "path": at + _escape(key)},
+            {"op": "test", "path": at + pointer((key,)), "value": value},
+            {"op": "remove", "path": at + pointer((key,))},
         ]
         if GA_LABEL[key] not in selector:
-            operations.append({"op": "add", "path": at + _escape(GA_LABEL[key]), "value": value})
+            operations.append({"op": "add", "path": at + pointer((GA_LABEL[key],)), "value": value})
         found.append((key, f"nodeSelector[{key}]"))
     affinity = as_mapping(as_mapping(template.spec.get("affinity")).get("nodeAffinity"))
     terms = as_list(as_mapping(affinity.get(_REQUIRED)).get("nodeSelectorTerms"))
@@ -188,7 +190,7 @@ def _renames(template: PodTemplate) -> tuple[list[dict[str, Any]], list[str], st
             where = (
                 f"affinity.nodeAffinity.{_REQUIRED}.nodeSelectorTerms[{i}].matchExpressions[{j}]"
             )
-            at = f"{base}/{_pointer(where)}/key"
+            at = f"{base}{json_pointer(where)}/key"
             operations += [
                 {"op": "test", "path": at, "value": key},
                 {"op": "replace", "path": at, "value": GA_LABEL[key]},
@@ -196,15 +198,3 @@ def _renames(template: PodTemplate) -> tuple[list[dict[str, Any]], list[str], st
             found.append((key, where))
     beta = list(dict.fromkeys(key for key, _ in found))
     return operations, beta, found[0][1] if found else ""
-
-
-def _escape(key: str) -> str:
-    """A label key as one token of a JSON pointer (RFC 6901: ~ is ~0, / is ~1)."""
-    return key.replace("~", "~0").replace("/", "~1")
-
-
-def _pointer(path: str) -> str:
-    """A dotted path with [i] indexes (spec.template.spec) as a JSON pointer's tokens."""
-    return "/".join(
-        _escape(part) for part in path.replace("[", ".").replace("]", "").split(".") if part
-    )

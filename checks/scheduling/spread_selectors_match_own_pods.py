@@ -20,6 +20,7 @@ from gpu_audit.api import (
     check,
     failed,
     gpu_pod_templates,
+    json_pointer,
     label_selector_matches,
     passed,
     pod_templates,
@@ -168,7 +169,7 @@ def _failure(
     patch = [
         {
             "op": "add",
-            "path": "/" + _pointer(template.path) + term.path,
+            "path": json_pointer(template.path) + term.path,
             "value": {"matchLabels": fixed},
         }
     ]
@@ -207,11 +208,6 @@ def _describe(selector: Mapping[str, Any]) -> str:
 
 def _labels(labels: Mapping[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "(none)"
-
-
-def _pointer(path: str) -> str:
-    """A dotted path with [i] indexes (spec.tasks[0].template.spec) as a JSON pointer."""
-    return path.replace("[", ".").replace("]", "").replace(".", "/")
 
 
 # --------------------------------------------------------------------------- terms

@@ -219,6 +219,11 @@ def dotted(path: str) -> Pointer:
     return tuple(out)
 
 
+def json_pointer(path: str) -> str:
+    """A result path (`spec.template.spec`, `...nodeSelectorTerms[0]`) as a JSON pointer."""
+    return pointer(dotted(path))
+
+
 def at(obj: Any, tokens: Pointer) -> Any:
     """The value at `tokens` in `obj`, _MISSING when absent."""
     node = obj

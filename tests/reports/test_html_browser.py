@@ -183,6 +183,8 @@ def test_text_filter_and_no_match(
 
 
 def test_copy_button_copies_the_snippet(browser: WebDriver, pages: dict[str, Path]) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
     open_page(browser, pages["sample"])
     browser.execute_cdp_cmd(
         "Browser.grantPermissions",
@@ -190,6 +192,8 @@ def test_copy_button_copies_the_snippet(browser: WebDriver, pages: dict[str, Pat
     )
     snippet = css(browser, "#findings .snippet pre")[0].get_attribute("textContent")
     button = click(browser, "#findings button.copy")
+    # The label changes when the clipboard's promise settles, after the click returns.
+    WebDriverWait(browser, 10).until(lambda _: button.text != "Copy")
     assert button.text in ("Copied", "Selected: press Ctrl+C")
     if button.text == "Copied":
         pasted = browser.execute_async_script(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
 import resource
 import sys
@@ -30,7 +31,7 @@ from gpu_audit.postscan.exemptions import (
 )
 from gpu_audit.registry import load_checks
 from gpu_audit.report import build_report, dumps
-from gpu_audit.scan import _gc_paused, gc_frozen
+from gpu_audit.scan import _gc_paused
 from gpu_audit.snapshot import Snapshot
 from gpu_audit.sources import files
 
@@ -70,11 +71,14 @@ def measure(path: str, output: str | None) -> dict[str, Any]:
     times: dict[str, float] = {}
     peaks: dict[str, float] = {}
     registry = load_checks(plugins=False)
-    with _gc_paused():  # as run_scan loads
+    with _gc_paused():  # as gpu_audit.scan.frozen_snapshot loads
         snapshot = _load(path, times)
+        gc.freeze()
     peaks["load"] = peaks["index"] = _peak_mib()
-    with gc_frozen():  # as run_scan checks, diagnoses and reports
+    try:  # as run_scan checks, diagnoses and reports
         return _after_load(snapshot, registry, times, peaks, output)
+    finally:
+        gc.unfreeze()
 
 
 def _after_load(
@@ -115,6 +119,7 @@ def _after_load(
         "total_seconds": round(total, 3),
         "check_engine_share": round(times["checks"] / total, 3) if total else 0.0,
         "slowest_checks": [{"id": i, "seconds": round(s, 3)} for i, s in slowest],
+        "check_seconds": {i: round(s, 3) for i, s in per_check.items()},
         "findings": len(document["findings"]),
         "report_bytes": len(text.encode()),
     }

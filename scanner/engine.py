@@ -10,6 +10,7 @@ import string
 import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 import yaml
@@ -302,6 +303,9 @@ def collapse_inherited(results: Iterable[Result]) -> list[Result]:
     for index, result in enumerate(results):
         if index in dropped:
             continue
+        if not result.related and index not in symptoms and result.inherited is None:
+            out.append(result)  # most results: nothing to merge or sort
+            continue
         related = {*result.related, *symptoms.get(index, ())}
         ordered = tuple(sorted(related, key=lambda r: r.sort_key))
         out.append(replace(result, related=ordered, inherited=None))
@@ -309,8 +313,13 @@ def collapse_inherited(results: Iterable[Result]) -> list[Result]:
 
 
 def _redacted(result: Result) -> Result:
-    message = redact_text(result.message)
-    return result if message is result.message else replace(result, message=message)
+    message = _redacted_message(result.message)
+    return result if message == result.message else replace(result, message=message)
+
+
+# A check gives the same message for many objects ("requests whole GPUs"): each text is
+# looked at once.
+_redacted_message = lru_cache(maxsize=1 << 16)(redact_text)
 
 
 def unlisted_namespaces(check: Check, snapshot: Snapshot) -> str:

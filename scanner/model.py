@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpu_audit.snapshot import Snapshot
@@ -492,30 +492,34 @@ class Resource:
     @property
     def metadata(self) -> Mapping[str, Any]:
         value = self.raw.get("metadata")
-        return value if isinstance(value, Mapping) else {}
+        return value if value.__class__ is dict or isinstance(value, Mapping) else {}
 
     @property
     def labels(self) -> Mapping[str, str]:
-        if self._labels is None:
-            object.__setattr__(self, "_labels", _str_mapping(self.metadata.get("labels")))
-        return cast(Mapping[str, str], self._labels)
+        # Read millions of times in a large scan: no call beyond the first.
+        labels = self._labels
+        if labels is None:
+            labels = _str_mapping(self.metadata.get("labels"))
+            object.__setattr__(self, "_labels", labels)
+        return labels
 
     @property
     def annotations(self) -> Mapping[str, str]:
-        if self._annotations is None:
-            value = _str_mapping(self.metadata.get("annotations"))
-            object.__setattr__(self, "_annotations", value)
-        return cast(Mapping[str, str], self._annotations)
+        annotations = self._annotations
+        if annotations is None:
+            annotations = _str_mapping(self.metadata.get("annotations"))
+            object.__setattr__(self, "_annotations", annotations)
+        return annotations
 
     @property
     def spec(self) -> Mapping[str, Any]:
         value = self.raw.get("spec")
-        return value if isinstance(value, Mapping) else {}
+        return value if value.__class__ is dict or isinstance(value, Mapping) else {}
 
     @property
     def status(self) -> Mapping[str, Any]:
         value = self.raw.get("status")
-        return value if isinstance(value, Mapping) else {}
+        return value if value.__class__ is dict or isinstance(value, Mapping) else {}
 
 
 def _str_mapping(value: object) -> Mapping[str, str]:

@@ -6,13 +6,15 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from gpu_audit.model import ObjRef, Resource
 
 CRD_NOT_INSTALLED = "CRD not installed:"
 API_NOT_SERVED = "API not served:"
 T = TypeVar("T")
+# Snapshot.derived's marker of a key not computed yet (a derived value may be None).
+_MISSING: Any = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +100,11 @@ class Snapshot:
         objects (pods by node, templates by namespace) that several checks look up, so that
         a cross-object match is a lookup instead of a loop over every object. The snapshot
         is immutable, so the result never goes stale; it must be treated as read-only."""
-        if key not in self._derived:
-            self._derived[key] = compute(self)
-        return cast(T, self._derived[key])
+        # No call beyond the lookup (not even typing.cast): asked millions of times.
+        found: T = self._derived.get(key, _MISSING)
+        if found is _MISSING:
+            found = self._derived[key] = compute(self)
+        return found
 
     def fact(self, key: Hashable, resource: Resource, compute: Callable[[Resource], T]) -> T:
         """`compute(resource)`, computed once per snapshot, key and object: a fact about one
@@ -115,7 +119,8 @@ class Snapshot:
         if found is None:
             # The object is kept with its fact, so its id is not reused while the entry lives.
             found = known[id(resource)] = (resource, compute(resource))
-        return cast(T, found[1])
+        fact: T = found[1]
+        return fact
 
     def __len__(self) -> int:
         return len(self._by_ref)

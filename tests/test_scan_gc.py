@@ -1,5 +1,5 @@
 """run_scan keeps the cyclic garbage collector off the snapshot while the checks, diagnostics
-and report read it (gpu_audit.scan.gc_frozen), and gives the objects back when it is done, so
+and report read it (gpu_audit.scan.frozen_snapshot), and gives the objects back when it is done, so
 that scans run one after another in one process do not pile up frozen objects."""
 
 from __future__ import annotations
@@ -44,3 +44,21 @@ def test_a_failing_scan_gives_the_objects_back(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(RuntimeError, match="diagnostics failed"):
         run_scan(ScanOptions(Inputs(files=(str(SAMPLE),))))
     assert gc.get_freeze_count() == before
+
+
+def test_the_snapshot_is_frozen_before_the_collector_runs_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Re-enabled before the freeze, the collector's next pass would traverse every object
+    # the load made.
+    enabled_at_freeze: list[bool] = []
+    freeze = gc.freeze
+
+    def spy() -> None:
+        enabled_at_freeze.append(gc.isenabled())
+        freeze()
+
+    monkeypatch.setattr(gc, "freeze", spy)
+    run_scan(ScanOptions(Inputs(files=(str(SAMPLE),))))
+    assert enabled_at_freeze == [False]
+    assert gc.isenabled()

@@ -4,7 +4,7 @@ Nodes of the snapshot and the nodes Karpenter NodePools could launch."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import partial
@@ -12,6 +12,7 @@ from typing import Any
 
 from gpu_audit.api import (
     NODEPOOL,
+    NodeAffinity,
     PodTemplate,
     Resource,
     Snapshot,
@@ -26,6 +27,7 @@ from gpu_audit.api import (
     is_extended_resource,
     node_affinity_keys,
     node_affinity_matches,
+    node_affinity_of,
     node_taints,
     nodepool_gpu_scope,
     nodepool_requirements,
@@ -268,7 +270,7 @@ def eligible_nodes(snapshot: Snapshot, template: PodTemplate) -> tuple[Resource,
         return (
             has_resource_status(node)
             and node_affinity_matches(template.spec, node)
-            and not blocking_taints(template, node_taints(node))
+            and not blocking_taints(template, _taints(snapshot, node))
         )
 
     return snapshot.derived(
@@ -289,9 +291,47 @@ def nodes_alike(
     shape_of, first = snapshot.derived(
         ("scheduling.node_shapes", named, by_field), lambda s: _node_shapes(s, named, by_field)
     )
-    passing = [accept(node) for node in first]
+    passing = [False] * len(first)
+    for shape in _may_match(snapshot, named, by_field, first, node_affinity_of(spec)):
+        passing[shape] = accept(first[shape])
     nodes = snapshot.of("Node")
     return tuple(n for n, shape in zip(nodes, shape_of, strict=True) if passing[shape])
+
+
+def _may_match(
+    snapshot: Snapshot,
+    keys: tuple[str, ...],
+    by_field: bool,
+    first: tuple[Resource, ...],
+    affinity: NodeAffinity,
+) -> Iterable[int]:
+    """The node shapes that may match `affinity`: those with the values of its most selective
+    required label (a cluster of hundreds of node shapes has few with a given GPU product or
+    pool), or every shape when it requires none. `accept` implies a match, so the others
+    fail."""
+    required = affinity.required_values()
+    if not required:
+        return range(len(first))
+    index = snapshot.derived(
+        ("scheduling.node_shapes_by_label", keys, by_field), lambda s: _shapes_by_label(keys, first)
+    )
+    options = (
+        sorted(i for value in allowed for i in index[key].get(value, ()))
+        for key, allowed in required.items()
+    )
+    return min(options, key=len)
+
+
+def _shapes_by_label(
+    keys: tuple[str, ...], first: tuple[Resource, ...]
+) -> dict[str, dict[str | None, list[int]]]:
+    """Per label key, per value: the node shapes (their first nodes) with that value."""
+    index: dict[str, dict[str | None, list[int]]] = {key: {} for key in keys}
+    for shape, node in enumerate(first):
+        labels = node.labels
+        for key in keys:
+            index[key].setdefault(labels.get(key), []).append(shape)
+    return index
 
 
 def _taints(snapshot: Snapshot, node: Resource) -> tuple[Taint, ...]:

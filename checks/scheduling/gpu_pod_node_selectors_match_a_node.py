@@ -115,6 +115,11 @@ def _selected_keys(spec: Mapping[str, Any]) -> list[str]:
 
 
 def _values(snapshot: Snapshot, key: str) -> str:
+    # Once per key and snapshot: templates that match no node often name the same keys.
+    return snapshot.derived(("GPU-SCHED-002.values", key), lambda s: _label_values(s, key))
+
+
+def _label_values(snapshot: Snapshot, key: str) -> str:
     values = sorted({n.labels[key] for n in snapshot.of("Node") if key in n.labels})
     if not values:
         return "no node has this label"

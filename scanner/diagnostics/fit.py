@@ -76,15 +76,18 @@ def finished_gpu_holder(pod: Resource) -> bool:
     """A bound, unfinished pod whose GPU containers have all exited: it keeps its GPUs
     allocated (the pod is not Succeeded/Failed) while nothing uses them, e.g. a sidecar or a
     second container keeps it Running."""
+    # The statuses first: most pods have no exited container, and reading them is cheaper
+    # than parsing every container's requests.
+    terminated = _terminated_containers(pod)
     templates = templates_of(pod)
-    if not templates or not is_bound(pod):
+    if not terminated or not templates or not is_bound(pod):
         return False
     holders = [
         c.name
         for c in templates[0].containers()
         if not (c.init and not c.is_sidecar) and gpu_part(container_requests(c))
     ]
-    return bool(holders) and set(holders) <= _terminated_containers(pod)
+    return bool(holders) and set(holders) <= terminated
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ from gpu_audit.diagnostics.predicates import (
     scheduling_context,
     spread_constraints,
 )
-from gpu_audit.diagnostics.shapes import NodeExplanation, NodeTable, node_table
+from gpu_audit.diagnostics.shapes import NodeTable, node_table
 from gpu_audit.errors import InputError, did_you_mean
 from gpu_audit.k8s.events import event_count, event_note, event_regarding, event_time
 from gpu_audit.k8s.gpu_resources import is_extended_resource
@@ -138,14 +138,16 @@ class PendingExplanation:
         nodes nearest to taking the pod, and `nodes_evaluated`) show it, through the redaction
         of gpu_audit.redact (event messages and predicate details quote the cluster's data)."""
         if node_limit is None:
-            fields = self._fields(self.nodes.explanations())
+            fields = self._fields()
+            nodes = redact_tree([n.as_dict() for n in self.nodes.explanations()])
         else:
-            closest = self.nodes.closest(node_limit)
-            fields = {**self._fields(closest), "nodes_evaluated": len(self.nodes)}
+            fields = {**self._fields(), "nodes_evaluated": len(self.nodes)}
+            nodes = self.nodes.closest_shown(node_limit)
         explanation: dict[str, Any] = redact_tree(fields)
+        explanation["nodes"] = nodes
         return explanation
 
-    def _fields(self, nodes: Sequence[NodeExplanation]) -> dict[str, Any]:
+    def _fields(self) -> dict[str, Any]:
         return {
             "pod": {"namespace": self.pod.namespace, "name": self.pod.name},
             "template": self.template.as_dict() if self.template else None,
@@ -158,7 +160,6 @@ class PendingExplanation:
             "fitting_nodes": list(self.fitting_nodes),
             "fixes": list(self.fixes),
             "scheduler_messages": [m.as_dict() for m in self.messages],
-            "nodes": [n.as_dict() for n in nodes],
         }
 
 

@@ -13,7 +13,7 @@ clusters).
 
 from __future__ import annotations
 
-import heapq
+from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -22,13 +22,13 @@ from typing import Any
 
 from gpu_audit.diagnostics.fit import NodeUsage
 from gpu_audit.diagnostics.predicates import (
+    NODE_AFFINITY,
     InterPodRules,
     SchedulingContext,
     SpreadConstraint,
     Verdict,
     condition_taints,
     inter_pod_affinity,
-    node_affinity,
     node_unschedulable,
     node_verdicts,
     pod_topology_spread,
@@ -37,8 +37,8 @@ from gpu_audit.diagnostics.predicates import (
 )
 from gpu_audit.k8s.dra import NVIDIA_GPU_DRIVER, node_devices
 from gpu_audit.k8s.gpu_hosts import is_gpu_node
-from gpu_audit.k8s.scheduling import node_affinity_keys
-from gpu_audit.redact import redact_text
+from gpu_audit.k8s.scheduling import node_affinity_keys, node_affinity_of
+from gpu_audit.redact import redact_text, redact_tree
 
 Outcome = tuple[bool, tuple[str, ...]]  # a verdict without its texts: passed, reasons
 
@@ -76,6 +76,7 @@ class NodeFacts:
     gpu: tuple[bool, ...]
     shown_names: tuple[str, ...]  # the names as the report shows them (redacted)
     static: tuple[Hashable, ...]  # cordoned, taints: the label-free part of a node's shape
+    by_gpu_then_name: tuple[int, ...]  # the nodes' indexes, GPU nodes first, by shown name
 
 
 def node_facts(ctx: SchedulingContext) -> NodeFacts:
@@ -83,13 +84,16 @@ def node_facts(ctx: SchedulingContext) -> NodeFacts:
     if key not in ctx.memo:
         usages = tuple(ctx.usage.nodes.values())
         dra_gpu_nodes = node_devices(ctx.snapshot, NVIDIA_GPU_DRIVER)
+        gpu = tuple(is_gpu_node(u.node) or u.node.ref.name in dra_gpu_nodes for u in usages)
+        names = tuple(redact_text(u.node.ref.name) for u in usages)
         ctx.memo[key] = NodeFacts(
             usages,
-            tuple(is_gpu_node(u.node) or u.node.ref.name in dra_gpu_nodes for u in usages),
-            tuple(redact_text(u.node.ref.name) for u in usages),
+            gpu,
+            names,
             tuple(
                 (u.node.spec.get("unschedulable") is True, condition_taints(u.node)) for u in usages
             ),
+            tuple(sorted(range(len(usages)), key=lambda i: (not gpu[i], names[i]))),
         )
     facts: NodeFacts = ctx.memo[key]
     return facts
@@ -153,16 +157,19 @@ class NodeTable:
         self._made: dict[int, NodeExplanation] = {}
         # Pods of one shape share the table: what they ask of it is found once.
         self._closest: dict[int, list[NodeExplanation]] = {}
+        self._closest_shown: dict[int, list[dict[str, Any]]] = {}
         self._candidates: dict[bool, list[NodeExplanation]] = {}
         self.failed = tuple(failed)
         self.first_reasons = tuple(first_reasons)
         self.fitting = tuple(
             u.node.ref.name for u, f in zip(facts.usages, self.failed, strict=True) if not f
         )
+        # Counted per distinct reasons, in the order of their first node: the reasons come out
+        # in the order a count node by node would give them.
         counts: dict[str, int] = {}
-        for reasons in self.first_reasons:
+        for reasons, nodes in Counter(self.first_reasons).items():
             for reason in reasons:
-                counts[reason] = counts.get(reason, 0) + 1
+                counts[reason] = counts.get(reason, 0) + nodes
         self._histogram = counts
 
     def __len__(self) -> int:
@@ -208,13 +215,28 @@ class NodeTable:
             self._closest[count] = self._nearest(count)
         return self._closest[count]
 
+    def closest_shown(self, count: int) -> list[dict[str, Any]]:
+        """closest(count) as the report shows them (redacted), made once for the pods of
+        this shape: read-only, as every pod's explanation holds the same list."""
+        if count not in self._closest_shown:
+            shown = [n.as_dict() for n in self.closest(count)]
+            self._closest_shown[count] = redact_tree(shown)
+        return self._closest_shown[count]
+
     def _nearest(self, count: int) -> list[NodeExplanation]:
-        gpu, names = self._facts.gpu, self._facts.shown_names
-
-        def distance(i: int) -> tuple[bool, bool, int, str]:
-            return (self.failed[i] > 0, not gpu[i], self.failed[i], names[i])
-
-        return self.explanations(heapq.nsmallest(count, range(len(self)), key=distance))
+        """The first `count` nodes by (fails at all, not a GPU node, failed predicates, shown
+        name): the nodes are visited GPU nodes first by name, so each (fails at all, not a GPU
+        node, failed predicates) class keeps its first `count` in order, with no sort per
+        pod shape."""
+        gpu, failed = self._facts.gpu, self.failed
+        classes: dict[tuple[bool, bool, int], list[int]] = {}
+        for i in self._facts.by_gpu_then_name:
+            found = failed[i]
+            kept = classes.setdefault((found > 0, not gpu[i], found), [])
+            if len(kept) < count:
+                kept.append(i)
+        nearest = [i for key in sorted(classes) for i in classes[key]]
+        return self.explanations(nearest[:count])
 
 
 def _fit_reasons(
@@ -228,6 +250,57 @@ def _fit_reasons(
         ctx.memo[key] = tuple(resource_fit_reasons(request, u, dra_served) for u in usages)
     reasons: tuple[tuple[str, ...], ...] = ctx.memo[key]
     return reasons
+
+
+_PASSED: Outcome = (True, ())
+_ShapeFailures = tuple[int, tuple[str, ...] | None, int, tuple[str, ...] | None]
+
+
+def _placement_by_shape(
+    facts: NodeFacts,
+    first: Sequence[int],
+    spec: Mapping[str, Any],
+    spread: Sequence[SpreadConstraint],
+    rules: InterPodRules,
+) -> list[_ShapeFailures]:
+    """The outcomes of the filters that read no capacity, per node shape (its first node):
+    NodeUnschedulable, TaintToleration, NodeAffinity, PodTopologySpread, InterPodAffinity.
+    A shape is keyed by every label any of them reads, so a cluster has as many shapes as
+    label combinations; each filter is run once per value of what it alone reads (cordoned,
+    taints) and node affinity is matched without building its texts. Per shape: how many of
+    the filters before NodeResourcesFit fail and the reasons of the first that does (None when
+    none does), the same for those after it."""
+    affinity = node_affinity_of(spec)
+    by_static: dict[Hashable, tuple[Outcome, Outcome]] = {}
+    places_by_labels = bool(spread or rules.affinity or rules.anti_affinity or rules.existing)
+    out: list[_ShapeFailures] = []
+    for i in first:
+        node = facts.usages[i].node
+        static = facts.static[i]
+        cordon_taints = by_static.get(static)
+        if cordon_taints is None:
+            cordon_taints = by_static[static] = (
+                _outcome(node_unschedulable(spec, node)),
+                _outcome(taint_toleration(spec, node)),
+            )
+        matched: Outcome = _PASSED if affinity.matches(node) else (False, (NODE_AFFINITY,))
+        if places_by_labels:
+            spreading = _outcome(pod_topology_spread(spread, node))
+            inter_pod = _outcome(inter_pod_affinity(rules, node))
+        else:
+            spreading = inter_pod = _PASSED
+        out.append((*_failures((*cordon_taints, matched)), *_failures((spreading, inter_pod))))
+    return out
+
+
+def _failures(outcomes: Sequence[Outcome]) -> tuple[int, tuple[str, ...] | None]:
+    """How many of `outcomes` failed, and the reasons of the first that did (None: none)."""
+    failed = [reasons for passed, reasons in outcomes if not passed]
+    return len(failed), (failed[0] if failed else None)
+
+
+def _outcome(verdict: Verdict) -> Outcome:
+    return (verdict.passed, verdict.reasons)
 
 
 def node_table(
@@ -244,42 +317,24 @@ def node_table(
     and DynamicResources per node."""
     facts = node_facts(ctx)
     shape_of, first = node_shapes(ctx, *_named_label_keys(spec, spread, rules))
-    per_shape: list[tuple[Outcome, ...]] = []
-    for i in first:
-        node = facts.usages[i].node
-        placed = (
-            node_unschedulable(spec, node),
-            taint_toleration(spec, node),
-            node_affinity(spec, node),
-            pod_topology_spread(spread, node),
-            inter_pod_affinity(rules, node),
-        )
-        per_shape.append(tuple((v.passed, v.reasons) for v in placed))
-    # Nodes of one shape with the same fit (and DynamicResources) outcome share a row.
-    rows: dict[Hashable, tuple[int, tuple[str, ...]]] = {}
+    per_shape = _placement_by_shape(facts, first, spec, spread, rules)
     failed: list[int] = []
     first_reasons: list[tuple[str, ...]] = []
     for usage, shape, reasons in zip(
         facts.usages, shape_of, _fit_reasons(ctx, request, dra_served), strict=True
     ):
-        claimed: Outcome | None = None
+        # node_verdicts' order (test_shapes.py compares the two on every node): the shape's
+        # filters before NodeResourcesFit, the fit, the shape's after it, DynamicResources.
+        before_failed, before_first, after_failed, after_first = per_shape[shape]
+        count = before_failed + after_failed + (1 if reasons else 0)
+        why = before_first if before_first is not None else (reasons or after_first)
         if dra is not None:
             verdict = dra(usage)
-            claimed = (verdict.passed, tuple(verdict.reasons))
-        key = (shape, reasons, claimed)
-        found = rows.get(key)
-        if found is None:
-            unschedulable, taints, affinity, spreading, inter_pod = per_shape[shape]
-            # node_verdicts' order (test_shapes.py compares the two on every node).
-            row = [unschedulable, taints, affinity, (not reasons, reasons), spreading, inter_pod]
-            if claimed is not None:
-                row.append(claimed)
-            found = rows[key] = (
-                sum(1 for passed, _ in row if not passed),
-                next((why for passed, why in row if not passed), ()),
-            )
-        failed.append(found[0])
-        first_reasons.append(found[1])
+            if not verdict.passed:
+                count += 1
+                why = tuple(verdict.reasons) if why is None else why
+        failed.append(count)
+        first_reasons.append(() if why is None else why)
     return NodeTable(
         facts,
         failed,

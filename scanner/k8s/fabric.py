@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from gpu_audit.k8s.gpu_hosts import gpu_quantities, is_gpu_node
+from gpu_audit.k8s.gpu_hosts import gpu_nodes, gpu_quantities
 from gpu_audit.k8s.gpu_resources import is_gpu_resource
 from gpu_audit.k8s.kubeflow_trainer import TRAIN_JOB, referenced_runtime
 from gpu_audit.k8s.objects import as_list, as_mapping
@@ -280,9 +280,7 @@ def landing(snapshot: Snapshot, item: MultiNodeTemplate) -> Landing:
     candidates = snapshot.derived(  # templates alike in placement share one pass
         ("fabric.candidates", schedules_on_key(spec), gpus),
         lambda s: tuple(
-            n
-            for n in s.of("Node")
-            if is_gpu_node(n) and node_gpu_count(n) >= gpus and schedules_on(spec, n)
+            n for n in gpu_nodes(s) if node_gpu_count(n) >= gpus and schedules_on(spec, n)
         ),
     )
     return Landing(candidates, False)

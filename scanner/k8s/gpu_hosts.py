@@ -51,7 +51,10 @@ def is_gpu_node(node: Resource) -> bool:
 
 
 def gpu_nodes(snapshot: Snapshot) -> tuple[Resource, ...]:
-    return tuple(n for n in snapshot.of("Node") if is_gpu_node(n))
+    # Many checks ask, some once per workload: the answer is kept per snapshot.
+    return snapshot.derived(
+        ("gpu_hosts.gpu_nodes",), lambda s: tuple(n for n in s.of("Node") if is_gpu_node(n))
+    )
 
 
 # Cloud labels that mark GPU instances before (or without) GFD/NFD. The shared is_gpu_node
@@ -74,7 +77,9 @@ def is_gpu_host(node: Resource) -> bool:
 
 
 def gpu_hosts(snapshot: Snapshot) -> tuple[Resource, ...]:
-    return tuple(n for n in snapshot.of("Node") if is_gpu_host(n))
+    return snapshot.derived(
+        ("gpu_hosts.gpu_hosts",), lambda s: tuple(n for n in s.of("Node") if is_gpu_host(n))
+    )
 
 
 def _positive_int(value: str | None) -> bool:

@@ -7,6 +7,10 @@ from typing import Any
 
 
 def as_mapping(value: object) -> Mapping[str, Any]:
+    # The loaders build plain dicts: testing for one first skips the ABC machinery of
+    # isinstance(..., Mapping), which was a tenth of a large scan's check time.
+    if value.__class__ is dict:
+        return value
     return value if isinstance(value, Mapping) else {}
 
 

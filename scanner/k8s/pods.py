@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import partial
 from typing import Any
@@ -177,6 +177,11 @@ class PodTemplate:
     # The template this one is the base's with the owner's changes applied (a TrainJob's, from
     # its runtime's): a result the base gets as well is reported on the base (engine).
     base: PodTemplate | None = None
+    # Made on first use: every check reads the containers of every template.
+    _containers: tuple[Container, ...] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    _requests_gpu: bool | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -187,10 +192,16 @@ class PodTemplate:
         return str_map(self.metadata.get("annotations"))
 
     def containers(self, *, include_init: bool = True) -> tuple[Container, ...]:
+        every = self._containers
+        if every is None:
+            every = self._read_containers()
+            object.__setattr__(self, "_containers", every)
+        return every if include_init else tuple(c for c in every if not c.init)
+
+    def _read_containers(self) -> tuple[Container, ...]:
         out: list[Container] = []
-        sections = ("initContainers", "containers") if include_init else ("containers",)
         paths = dict(self.container_paths)
-        for section in sections:
+        for section in ("initContainers", "containers"):
             for index, raw in enumerate(as_list(self.spec.get(section))):
                 if isinstance(raw, Mapping):
                     out.append(
@@ -209,12 +220,16 @@ class PodTemplate:
     @property
     def requests_gpu(self) -> bool:
         # Read from the raw containers (checks ask it of every pod of the cluster).
-        return any(
-            _gpu_resource_names(raw)
-            for section in ("initContainers", "containers")
-            for raw in as_list(self.spec.get(section))
-            if isinstance(raw, Mapping)
-        )
+        found = self._requests_gpu
+        if found is None:
+            found = any(
+                _gpu_resource_names(raw)
+                for section in ("initContainers", "containers")
+                for raw in as_list(self.spec.get(section))
+                if isinstance(raw, Mapping)
+            )
+            object.__setattr__(self, "_requests_gpu", found)
+        return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_audit.k8s.objects import as_list, as_mapping
-from gpu_audit.k8s.selectors import expression_matches, map_selector_matches
+from gpu_audit.k8s.objects import as_list, as_mapping, str_map
+from gpu_audit.k8s.selectors import LabelExpression, label_expression
 from gpu_audit.model import Resource
 
 # --------------------------------------------------------------------------- taints and nodes
@@ -62,31 +62,86 @@ def untolerated_taints(pod_spec: Mapping[str, Any], node: Resource) -> tuple[Tai
     )
 
 
-def _node_selector_term_matches(term: Mapping[str, Any], node: Resource) -> bool:
-    expressions = as_list(term.get("matchExpressions"))
-    fields = as_list(term.get("matchFields"))
+@dataclass(frozen=True, slots=True)
+class NodeAffinity:
+    """A pod spec's nodeSelector and required node affinity, read once: checks and
+    diagnostics test one spec against thousands of nodes."""
+
+    selector: tuple[tuple[str, str], ...]
+    # Per nodeSelectorTerm (ORed): its matchExpressions and matchFields; None when the spec
+    # has no required node affinity.
+    terms: tuple[tuple[tuple[LabelExpression, ...], tuple[LabelExpression, ...]], ...] | None
+
+    def matches(self, node: Resource) -> bool:
+        labels = node.labels
+        for key, value in self.selector:
+            if labels.get(key) != value:
+                return False
+        if self.terms is None:
+            return True
+        return any(_term_matches(e, f, node) for e, f in self.terms)
+
+    def required_values(self) -> dict[str, frozenset[str]]:
+        """Label values a node must have to match, per key: the nodeSelector's, and those of
+        the `In` expressions of the only nodeSelectorTerm. A node lacking one does not match;
+        one having them all may (the other expressions decide)."""
+        required = {key: frozenset((value,)) for key, value in self.selector}
+        if self.terms is not None and len(self.terms) == 1:
+            expressions, fields = self.terms[0]
+            for e in expressions if expressions or fields else ():
+                if e.operator == "In":
+                    allowed = frozenset(e.values)
+                    required[e.key] = required.get(e.key, allowed) & allowed
+        return required
+
+
+def _term_matches(
+    expressions: tuple[LabelExpression, ...], fields: tuple[LabelExpression, ...], node: Resource
+) -> bool:
     if not expressions and not fields:
         return False  # an empty term matches no objects
     labels = node.labels
-    if not all(expression_matches(as_mapping(e), labels) for e in expressions):
+    if not all(e.matches(labels) for e in expressions):
         return False
     name_labels = {"metadata.name": node.ref.name}
-    return all(expression_matches(as_mapping(f), name_labels) for f in fields)
+    return all(f.matches(name_labels) for f in fields)
 
 
-def node_affinity_matches(pod_spec: Mapping[str, Any], node: Resource) -> bool:
-    """nodeSelector AND requiredDuringSchedulingIgnoredDuringExecution (terms ORed)."""
-    if not map_selector_matches(pod_spec.get("nodeSelector"), node.labels):
-        return False
-    required = as_mapping(
+def _required_node_affinity(pod_spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    return as_mapping(
         as_mapping(as_mapping(pod_spec.get("affinity")).get("nodeAffinity")).get(
             "requiredDuringSchedulingIgnoredDuringExecution"
         )
     )
-    if not required:
-        return True
-    terms = [as_mapping(t) for t in as_list(required.get("nodeSelectorTerms"))]
-    return any(_node_selector_term_matches(t, node) for t in terms)
+
+
+def node_affinity_of(pod_spec: Mapping[str, Any]) -> NodeAffinity:
+    """The spec's node placement rules, to match against many nodes."""
+    required = _required_node_affinity(pod_spec)
+    terms = None
+    if required:
+        terms = tuple(
+            (
+                tuple(label_expression(as_mapping(e)) for e in as_list(t.get("matchExpressions"))),
+                tuple(label_expression(as_mapping(f)) for f in as_list(t.get("matchFields"))),
+            )
+            for t in map(as_mapping, as_list(required.get("nodeSelectorTerms")))
+        )
+    return NodeAffinity(tuple(str_map(pod_spec.get("nodeSelector")).items()), terms)
+
+
+# The last spec read by node_affinity_matches: callers test one spec against every node in
+# turn, and snapshot objects are read-only, so the identity of the spec is its key.
+_last_affinity: list[tuple[Mapping[str, Any], NodeAffinity]] = []
+
+
+def node_affinity_matches(pod_spec: Mapping[str, Any], node: Resource) -> bool:
+    """nodeSelector AND requiredDuringSchedulingIgnoredDuringExecution (terms ORed)."""
+    if _last_affinity and _last_affinity[0][0] is pod_spec:
+        return _last_affinity[0][1].matches(node)
+    affinity = node_affinity_of(pod_spec)
+    _last_affinity[:] = [(pod_spec, affinity)]
+    return affinity.matches(node)
 
 
 def node_affinity_keys(pod_spec: Mapping[str, Any]) -> tuple[frozenset[str], bool]:
@@ -94,11 +149,7 @@ def node_affinity_keys(pod_spec: Mapping[str, Any]) -> tuple[frozenset[str], boo
     required node affinity), and whether a term selects nodes by field (metadata.name)."""
     keys = {str(k) for k in as_mapping(pod_spec.get("nodeSelector"))}
     by_field = False
-    required = as_mapping(
-        as_mapping(as_mapping(pod_spec.get("affinity")).get("nodeAffinity")).get(
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        )
-    )
+    required = _required_node_affinity(pod_spec)
     for term in map(as_mapping, as_list(required.get("nodeSelectorTerms"))):
         expressions = as_list(term.get("matchExpressions"))
         keys.update(str(as_mapping(e).get("key", "")) for e in expressions)

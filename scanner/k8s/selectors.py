@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpu_audit.k8s.objects import as_list, as_mapping, str_map
@@ -12,26 +13,44 @@ from gpu_audit.snapshot import Snapshot
 # --------------------------------------------------------------------------- label selectors
 
 
+@dataclass(frozen=True, slots=True)
+class LabelExpression:
+    """A matchExpressions entry (or a node selector requirement), read once."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...]
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        key, operator, values = self.key, self.operator, self.values
+        present = key in labels
+        if operator == "In":
+            return present and labels[key] in values
+        if operator == "NotIn":
+            return not present or labels[key] not in values
+        if operator == "Exists":
+            return present
+        if operator == "DoesNotExist":
+            return not present
+        if operator in ("Gt", "Lt") and present and values:
+            try:
+                have, want = int(labels[key]), int(values[0])
+            except ValueError:
+                return False
+            return have > want if operator == "Gt" else have < want
+        return False
+
+
+def label_expression(expr: Mapping[str, Any]) -> LabelExpression:
+    return LabelExpression(
+        str(expr.get("key", "")),
+        str(expr.get("operator", "")),
+        tuple(str(v) for v in as_list(expr.get("values"))),
+    )
+
+
 def expression_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key = str(expr.get("key", ""))
-    operator = str(expr.get("operator", ""))
-    values = [str(v) for v in as_list(expr.get("values"))]
-    present = key in labels
-    if operator == "In":
-        return present and labels[key] in values
-    if operator == "NotIn":
-        return not present or labels[key] not in values
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in ("Gt", "Lt") and present and values:
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if operator == "Gt" else have < want
-    return False
+    return label_expression(expr).matches(labels)
 
 
 def label_selector_matches(selector: object, labels: Mapping[str, str]) -> bool:

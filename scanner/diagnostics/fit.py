@@ -119,8 +119,25 @@ def cluster_usage(snapshot: Snapshot) -> ClusterUsage:
     """One pass over the pods, grouping the bound ones by node name."""
     requests: dict[str, Mapping[str, Decimal]] = {}
     bound: dict[str, list[Resource]] = defaultdict(list)
+    # The replicas of a workload request alike: each distinct set of containers' resources is
+    # summed once (repr: equal texts are equal values of JSON's types).
+    alike: dict[str, Mapping[str, Decimal]] = {}
     for pod in snapshot.of("Pod"):
-        requests[f"{pod.ref.namespace}/{pod.ref.name}"] = pod_request(pod)
+        spec = pod.spec
+        key = repr(
+            [
+                [
+                    (as_mapping(c).get("resources"), as_mapping(c).get("restartPolicy"))
+                    for c in as_list(spec.get(section))
+                ]
+                for section in ("initContainers", "containers")
+            ]
+            + [spec.get("overhead")]
+        )
+        request = alike.get(key)
+        if request is None:
+            request = alike[key] = pod_request(pod)
+        requests[f"{pod.ref.namespace}/{pod.ref.name}"] = request
         if is_bound(pod):
             bound[node_name_of(pod)].append(pod)
     nodes: dict[str, NodeUsage] = {}

@@ -147,7 +147,12 @@ def _controller_owner(snapshot: Snapshot, resource: Resource) -> Resource | None
 
 
 def top_owner(snapshot: Snapshot, resource: Resource) -> Resource:
-    """The top-most controller of `resource` present in the snapshot (itself if none)."""
+    """The top-most controller of `resource` present in the snapshot (itself if none), found
+    once per object: several checks ask it of every pod."""
+    return snapshot.fact("top_owner", resource, partial(_top_owner, snapshot))
+
+
+def _top_owner(snapshot: Snapshot, resource: Resource) -> Resource:
     seen = {resource.ref}
     current = resource
     while (owner := controller_owner(snapshot, current)) is not None and owner.ref not in seen:

@@ -19,6 +19,7 @@ from gpu_audit import __version__
 from gpu_audit.engine import CheckRun, Finding
 from gpu_audit.errors import InputError
 from gpu_audit.impact import finding_impact
+from gpu_audit.json_text import canonical_json
 from gpu_audit.model import Category, CheckStatus, Exemption, ObjRef, Outcome, RelatedRef, Severity
 from gpu_audit.scoring import Score, category_scores, coverage, namespace_scores, overall_score
 from gpu_audit.snapshot import Snapshot
@@ -306,8 +307,9 @@ def build_report(
 
 
 def dumps(document: Mapping[str, Any]) -> str:
-    """The canonical JSON text: sorted keys, fixed indentation, a final newline."""
-    return json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    """The canonical JSON text: sorted keys, fixed indentation, a final newline (that of
+    json.dumps, written fast: gpu_audit.json_text)."""
+    return canonical_json(document)
 
 
 def shown_findings(

@@ -6,8 +6,9 @@ from libyaml's parser events, never first as a node graph of the whole document 
 cost 40 times the size of a `kubectl get -o yaml` dump), and every limit (see README,
 "Limits") is checked as the input is read: a huge input, a flood of documents or values, a deep
 nesting or an alias bomb is an error that names the file, reached after reading no more than
-the limit allows, instead of an exhausted machine. JSON is parsed whole by the standard
-library (about 6 times its size), then held to the same rules.
+the limit allows, instead of an exhausted machine. JSON is parsed whole (about 6 times its
+size) by msgspec, or by the standard library when msgspec cannot vouch for the result (see
+_fast_json), then held to the same rules.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import datetime
 import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
+import msgspec
 import yaml
 from yaml.constructor import SafeConstructor
 from yaml.events import (
@@ -109,22 +111,15 @@ class Source:
             raise InputError([f"{self.name}: not UTF-8 text (byte {start + exc.start})"]) from None
         return data
 
-    def read_all(self) -> str:
-        """The whole input as text, without a leading byte-order mark (at its peak, the
-        bytes and the text of the input are both held)."""
+    def read_all(self) -> bytes:
+        """The rest of the input (all of it, when only starts_like_json read before)."""
         rest = self._stream.read(self._budget + 1 - self.size)
         self.size += len(rest)
         if self.size > self._budget:
             raise InputError([self._too_big])
         data = b"".join([*self._ahead, rest]) if self._ahead else rest
         self._ahead = []
-        del rest
-        try:
-            # utf-8-sig: a byte-order mark is allowed, and editors on Windows write one.
-            return data.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
-            raise InputError([f"{self.name}: not UTF-8 text (byte {bom + exc.start})"]) from None
+        return data
 
     def starts_like_json(self) -> bool:
         """The first character after white space (and a byte-order mark) opens a JSON object
@@ -155,15 +150,68 @@ def parse(source: Source, is_json: bool, limits: Limits, tally: Tally) -> Iterat
 
 # The largest float64 has 309 integer digits: a JSON number beyond it is out of range.
 _FLOAT_DIGITS = 309
+# Every integer smaller in magnitude fits a float64 (at most 1.8e308): _fast_json leaves the
+# larger ones to _json_int.
+_FLOAT_SAFE = 10**308
 # A \u escape of a UTF-16 surrogate: only then can a lone one hide in the parsed strings.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# The places of _key_bound: a quote, then JSON white space (RFC 8259: space, tab, line feed,
+# carriage return), then a colon.
+_SPACED_COLON = re.compile(rb'"[ \t\n\r]+:')
+_QUOTE_COLON = re.compile(rb'"[ \t\n\r]*:')
+_BACKSLASHES_QUOTE_COLON = re.compile(rb'(\\+)"[ \t\n\r]*:')
+# A quote-colon place, then a string that starts with spaces and a colon.
+_COLON_STRING = {
+    False: re.compile(rb'":[ \t\n\r]*" *:'),
+    True: re.compile(rb'"[ \t\n\r]*:[ \t\n\r]*" *:'),
+}
 
 
 def _parse_json(source: Source, limits: Limits, tally: Tally) -> Any:
-    """The one document of a JSON input; InputError for a syntax error or a bad value."""
-    text = source.read_all()
+    """The one document of a JSON input; InputError for a syntax error or a bad value.
+
+    _fast_json reads it when it can vouch for the result (a valid document: nearly always);
+    else json.loads, with a hook for each rule, reads it again and words the error. At the
+    peak, the bytes and the document are held (and on the way to json.loads, the bytes and
+    their text, then the text and the document)."""
+    data = source.read_all()
     name = source.name
+    fast = _fast_json(data, limits)
+    if fast is not None:
+        del data
+        document, count = fast
+    else:
+        text = _text(name, data)
+        del data
+        document = _loads(name, text)
+        surrogates = _SURROGATE_ESCAPE.search(text) is not None
+        del text
+        if not isinstance(document, dict | list):
+            return document
+        try:
+            count = _values(document, limits, surrogates)
+        except _FieldError as exc:
+            raise InputError([f"{name}: document 1: {_at(_join(exc.path))}{exc}"]) from None
+    tally.values += 1 + count
+    if tally.values > limits.values:
+        _values_limit(f"{name}: document 1", limits)
+    return document
+
+
+def _text(name: str, data: bytes) -> str:
+    """`data` as text, without a leading byte-order mark."""
+    try:
+        # utf-8-sig: a byte-order mark is allowed, and editors on Windows write one.
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+        raise InputError([f"{name}: not UTF-8 text (byte {bom + exc.start})"]) from None
+
+
+def _loads(name: str, text: str) -> Any:
+    """json.loads, refusing what the API server refuses: a duplicate key, NaN and infinity,
+    a number out of a float64's range."""
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         mapping = dict(items)
@@ -177,7 +225,7 @@ def _parse_json(source: Source, limits: Limits, tally: Tally) -> Any:
         raise DocumentError(f"{value} is not a JSON number")
 
     try:
-        document = json.loads(
+        return json.loads(
             text,
             object_pairs_hook=pairs,
             parse_constant=constant,
@@ -192,16 +240,90 @@ def _parse_json(source: Source, limits: Limits, tally: Tally) -> Any:
         raise InputError([f"{name}: invalid JSON: {exc}"]) from None
     except RecursionError:
         raise InputError([f"{name}: invalid JSON: nested too deeply"]) from None
-    surrogates = _SURROGATE_ESCAPE.search(text) is not None
-    del text
-    if isinstance(document, dict | list):
-        try:
-            tally.values += 1 + _values(document, limits, surrogates)
-        except _FieldError as exc:
-            raise InputError([f"{name}: document 1: {_at(_join(exc.path))}{exc}"]) from None
-        if tally.values > limits.values:
-            _values_limit(f"{name}: document 1", limits)
-    return document
+
+
+def _fast_json(data: bytes, limits: Limits) -> tuple[dict[str, Any] | list[Any], int] | None:
+    """The document of `data` and the number of values under its root, equal (types
+    included) to what json.loads with _loads' hooks and then _values give, when msgspec
+    (about 3 times faster than json.loads with them) can vouch for them; else None.
+
+    msgspec.json.decode reads strict JSON (RFC 8259) as json.loads does, after the same
+    UTF-8 decoding; where they differ, msgspec refuses and the exact path runs: NaN and
+    Infinity, invalid UTF-8, and a \\u escape of a lone UTF-16 surrogate (json.loads keeps
+    it, for _check_json to refuse) are errors, as is nesting beyond Python's recursion limit.
+    It reads numbers with a fraction or an exponent with float_hook: _json_float, what
+    json.loads calls (an infinite one raises DocumentError); it reads integers of any size
+    as json.loads does, and those of 10**308 or more in magnitude, which _json_int may
+    refuse, are left to it. A document nested deeper than the limit is left to the exact
+    path, which words the error. msgspec keeps the last value of a duplicate key, which the
+    exact path refuses: _key_bound bounds the number of keys in the text, and a document
+    with fewer keys is read again (as is one with a list item or a key that starts with a
+    colon, which the bound counts twice). tests/scanner/test_json_fast_path.py compares
+    both."""
+    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        document = _DECODER.decode(memoryview(data)[start:] if start else data)
+    except (msgspec.DecodeError, DocumentError, RecursionError):
+        return None
+    if document.__class__ is not dict and document.__class__ is not list:
+        return None  # no Kubernetes object: the exact path has it, at no cost to speak of
+    seen = [0, 0]
+    try:
+        count = _count(document, limits.depth, seen)
+    except _TooDeepError:
+        return None
+    keys, large = seen
+    if large or keys != _key_bound(data, keys):
+        return None
+    return document, count
+
+
+def _key_bound(data: bytes, keys: int) -> int:
+    """At least the number of members (key-value pairs) of the objects in `data`, a valid
+    JSON text whose document has `keys` keys; equal to `keys` unless a key repeats in an
+    object (the document then has fewer keys) or a list item or a key starts with spaces and
+    a colon.
+
+    Proof. In JSON, '\\' appears only inside strings; outside them, between tokens, only
+    white space (space, tab, line feed, carriage return); '"' delimits strings and ':' ends
+    a member's key and its white space. Inside a string, '"' and '\\' appear only escaped (\\"
+    and \\\\), and of the white space only the space appears unescaped. Count the places
+    where a '"' is followed by white space and a ':'. Each member has one, the quote that
+    closes its key. Any other is (a) the opening quote of a string that starts with spaces
+    and a colon (as ":9400"), or (b) an escaped quote inside a string, as in escaped JSON
+    ("{\\"a\\":1}"): an opening quote follows white space or one of [{,: and a closing quote
+    that is not a key's follows the end of a value (white space then one of ,]} or the end of
+    the text, no colon). An escaped quote follows an odd run of backslashes, and no closing
+    quote does: a run of backslashes inside a string starts an escape (the character before
+    it is no backslash, so nothing escapes its first one), so its backslashes pair into \\\\
+    escapes, and the last one escapes the quote exactly when the run is odd. The places less
+    those after an odd run of backslashes are the members plus (a). Without white space
+    between a quote and a colon anywhere, the places are the occurrences of '":' (bytes.count:
+    a pattern that cannot overlap itself), and when '\\\\":' does not occur, every run before
+    one is a single backslash.
+
+    When that exceeds `keys`, strings of kind (a) that are members' values (as dcgm-exporter's
+    listen address) are found and taken off: in a match of _COLON_STRING (a place, white
+    space, a quote, spaces and a colon) whose first quote follows no backslash, that quote is
+    no escaped one, so it either opens a string of kind (a), or closes a key, and then the
+    second quote opens its value, a string of kind (a). Matches do not overlap, so no string
+    is found twice, and the bound stays at least the number of members."""
+    spaced = _SPACED_COLON.search(data) is not None
+    if spaced:
+        places = sum(1 for _ in _QUOTE_COLON.finditer(data))
+        odd = sum(len(found[1]) % 2 for found in _BACKSLASHES_QUOTE_COLON.finditer(data))
+    else:
+        places = data.count(b'":')
+        odd = data.count(b'\\":') if b"\\" in data else 0  # memchr: fast when absent
+        if odd and b'\\\\":' in data:
+            odd = sum(len(found[1]) % 2 for found in _BACKSLASHES_QUOTE_COLON.finditer(data))
+    bound = places - odd
+    if bound > keys:
+        bound -= sum(
+            data[found.start() - 1 : found.start()] != b"\\"
+            for found in _COLON_STRING[spaced].finditer(data)
+        )
+    return bound
 
 
 def _json_int(text: str) -> int:
@@ -221,6 +343,10 @@ def _json_float(text: str) -> float:
     if math.isinf(value):
         raise DocumentError(_out_of_range(text))
     return value
+
+
+# msgspec's JSON reader, reading numbers with a fraction or an exponent as json.loads does.
+_DECODER = msgspec.json.Decoder(float_hook=_json_float)
 
 
 def _fits_float(value: int) -> bool:
@@ -281,21 +407,29 @@ def _values(document: dict[str, Any] | list[Any], limits: Limits, surrogates: bo
     error."""
     if not surrogates:
         try:
-            return _count(document, limits.depth)
+            return _count(document, limits.depth, [0, 0])
         except _TooDeepError:
             pass
     return _check_json(document, 1, limits, surrogates)
 
 
-def _count(value: dict[str, Any] | list[Any], levels: int) -> int:
+def _count(value: dict[str, Any] | list[Any], levels: int, seen: list[int]) -> int:
     """How many values `value` holds, or _TooDeepError when it nests more than `levels`
-    deep."""
+    deep; adds to seen[0] the number of its keys, to seen[1] that of its integers of at least
+    _FLOAT_SAFE in magnitude."""
     if levels <= 0:
         raise _TooDeepError
     count = len(value)
-    for item in value.values() if value.__class__ is dict else value:
-        if item.__class__ is dict or item.__class__ is list:
-            count += _count(item, levels - 1)
+    items: Iterable[Any] = value
+    if value.__class__ is dict:
+        seen[0] += count
+        items = value.values()
+    for item in items:
+        kind = item.__class__
+        if kind is dict or kind is list:
+            count += _count(item, levels - 1, seen)
+        elif kind is int and not -_FLOAT_SAFE < item < _FLOAT_SAFE:
+            seen[1] += 1
     return count
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -24,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import yaml
 
 from gpu_audit.k8s.kinds import (
@@ -192,10 +192,12 @@ class _Client:
             try:
                 reply = self._send(method, path, query, body, remaining)
                 if reply is not None and 200 <= reply.status <= 299:
-                    return json.loads(reply.body)
+                    # msgspec reads a list page in half the time json.loads takes; the API
+                    # server writes UTF-8 JSON with no duplicate key or NaN, so the two agree.
+                    return msgspec.json.decode(reply.body)
             except ApiException as exc:  # status 0: TLS failure, or a request it cannot build
                 raise _HttpError(exc.status or 0, str(exc.reason).splitlines()[-1]) from None
-            except (Urllib3Error, OSError, json.JSONDecodeError) as exc:
+            except (Urllib3Error, OSError, msgspec.DecodeError) as exc:
                 failure = _Failure(type(exc).__name__)
             else:
                 if reply is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpu_audit.k8s.scheduling import node_affinity_matches, node_affinity_of
@@ -90,6 +90,22 @@ nodes = st.tuples(
 
 @settings(max_examples=400, deadline=None)
 @given(specs, st.lists(nodes, min_size=1, max_size=6))
+# A node that matches through the second of two ORed terms, lacking the first term's value.
+@example(
+    {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]},
+                        {"matchExpressions": [{"key": "zone", "operator": "Exists"}]},
+                    ]
+                }
+            }
+        }
+    },
+    [("n1", {"zone": "b"})],
+)
 def test_matches_as_the_scheduler_and_names_values_every_match_has(
     spec: dict[str, Any], raw_nodes: list[tuple[str, dict[str, str]]]
 ) -> None:

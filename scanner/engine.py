@@ -10,7 +10,6 @@ import string
 import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Any
 
 import yaml
@@ -313,13 +312,8 @@ def collapse_inherited(results: Iterable[Result]) -> list[Result]:
 
 
 def _redacted(result: Result) -> Result:
-    message = _redacted_message(result.message)
-    return result if message == result.message else replace(result, message=message)
-
-
-# A check gives the same message for many objects ("requests whole GPUs"): each text is
-# looked at once.
-_redacted_message = lru_cache(maxsize=1 << 16)(redact_text)
+    message = redact_text(result.message)
+    return result if message is result.message else replace(result, message=message)
 
 
 def unlisted_namespaces(check: Check, snapshot: Snapshot) -> str:

@@ -20,6 +20,7 @@ from gpu_audit.k8s.objects import (
 from gpu_audit.k8s.pods import (
     container_requests,
     effective_pod_request,
+    effective_request_key,
     templates_of,
 )
 from gpu_audit.k8s.quantities import (
@@ -120,20 +121,10 @@ def cluster_usage(snapshot: Snapshot) -> ClusterUsage:
     requests: dict[str, Mapping[str, Decimal]] = {}
     bound: dict[str, list[Resource]] = defaultdict(list)
     # The replicas of a workload request alike: each distinct set of containers' resources is
-    # summed once (repr: equal texts are equal values of JSON's types).
+    # summed once.
     alike: dict[str, Mapping[str, Decimal]] = {}
     for pod in snapshot.of("Pod"):
-        spec = pod.spec
-        key = repr(
-            [
-                [
-                    (as_mapping(c).get("resources"), as_mapping(c).get("restartPolicy"))
-                    for c in as_list(spec.get(section))
-                ]
-                for section in ("initContainers", "containers")
-            ]
-            + [spec.get("overhead")]
-        )
+        key = effective_request_key(pod.spec)
         request = alike.get(key)
         if request is None:
             request = alike[key] = pod_request(pod)

@@ -510,6 +510,21 @@ def container_requests(container: Container) -> dict[str, Decimal]:
     return quantities({**container.limits, **container.requests})
 
 
+def effective_request_key(spec: Mapping[str, Any]) -> str:
+    """What effective_pod_request reads of a pod spec, as one comparable text: pod specs with
+    one key request alike (repr: equal texts are equal values of JSON's types)."""
+    return repr(
+        [
+            [
+                (as_mapping(c).get("resources"), as_mapping(c).get("restartPolicy"))
+                for c in as_list(spec.get(section))
+            ]
+            for section in ("initContainers", "containers")
+        ]
+        + [spec.get("overhead")]
+    )
+
+
 def effective_pod_request(template: PodTemplate) -> dict[str, Decimal]:
     """What the scheduler reserves: max(any init container + the sidecars started before it,
     all containers + all sidecars) per resource, plus spec.overhead

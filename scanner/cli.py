@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn, TypeVar
@@ -311,9 +312,15 @@ def _progress(quiet: bool) -> Callable[[str, int], None] | None:
     if quiet or not sys.stderr.isatty():
         return None
 
+    started = time.monotonic()
+
     def show(type_: str, objects: int) -> None:
+        # Objects per second since the read began: a slow API server shows as a low rate.
+        rate = objects / max(time.monotonic() - started, 0.001)
         click.echo(
-            f"\rgpu-audit: read {objects} objects (listing {type_})\033[K", err=True, nl=False
+            f"\rgpu-audit: read {objects} objects at {rate:.0f}/s (listing {type_})\033[K",
+            err=True,
+            nl=False,
         )
 
     return show

@@ -33,6 +33,7 @@ from gpu_audit.k8s.kinds import (
 )
 from gpu_audit.model import ObjRef, Resource, SourceLocation
 from gpu_audit.redact import redact_text, sanitize
+from gpu_audit.sharing import SharedParts
 from gpu_audit.snapshot import (
     API_NOT_SERVED,
     CRD_NOT_INSTALLED,
@@ -295,6 +296,7 @@ class _Collection:
     gaps: list[CollectionGap] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     count: int = 0
+    parts: SharedParts = field(default_factory=SharedParts)
 
 
 def _resource_name(info: KindInfo) -> str:
@@ -359,7 +361,9 @@ def _list_kind(
                 page = client.get(path, query)
                 # Each page becomes resources at once, so only one raw page is held at a time.
                 page_items = page.get("items") or []
-                items.extend(_to_resource(item, info, api_version) for item in page_items)
+                items.extend(
+                    _to_resource(item, info, api_version, out.parts) for item in page_items
+                )
                 with out.lock:
                     out.count += len(page_items)
                 if progress:
@@ -394,14 +398,16 @@ def _list_kind(
         )
 
 
-def _to_resource(item: dict[str, Any], info: KindInfo, api_version: str) -> Resource:
+def _to_resource(
+    item: dict[str, Any], info: KindInfo, api_version: str, parts: SharedParts
+) -> Resource:
     # List items carry neither apiVersion nor kind; put them back so objects look as in a file.
     item["apiVersion"] = api_version
     item["kind"] = info.kind
     metadata = item.get("metadata") or {}
     namespace = str(metadata.get("namespace") or "") if info.namespaced else ""
     ref = ObjRef(info.type, namespace, str(metadata.get("name", "")))
-    return Resource(ref, api_version, sanitize(item), LIVE_SOURCE)
+    return Resource(ref, api_version, parts.share(sanitize(item)), LIVE_SOURCE)
 
 
 def _identity(client: _Client) -> dict[str, Any]:

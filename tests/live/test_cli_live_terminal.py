@@ -109,7 +109,7 @@ def test_the_progress_line_goes_to_a_terminal_only(
     args = ["scan", "--kubeconfig", kubeconfig, "--no-plugins", "--output-file", os.devnull]
     code, shown = in_a_terminal(args, 100, terminal_env())
     assert code == 0, shown
-    assert re.search(r"\rgpu-audit: read \d+ objects \(listing [^)]+\)\x1b\[K", shown)
+    assert re.search(r"\rgpu-audit: read \d+ objects at \d+/s \(listing [^)]+\)\x1b\[K", shown)
     assert "\r\x1b[K" in shown  # cleared before the summary line
     quiet_code, quiet = in_a_terminal([*args, "-q"], 100, terminal_env())
     assert quiet_code == 0 and quiet == ""

@@ -626,6 +626,13 @@ def test_pagination_lists_every_pod(kube_request: KubeRequest, control_plane: Co
         assert len(names) == PAGINATION_PODS
         assert len(pages) >= PAGINATION_PODS // 500
         assert pages[:4] == [500, 1000, 1500, 2000]
+        # Equal parts are held once, across pages (gpu_audit.sharing); the rest is each pod's.
+        first, *rest = snapshot.of("Pod")
+        assert all(r.raw["metadata"]["labels"] is first.raw["metadata"]["labels"] for r in rest)
+        assert all(
+            r.raw["spec"]["containers"][0]["image"] == "registry.k8s.io/pause:3.10" for r in rest
+        )
+        assert not any(r.raw["metadata"] is first.raw["metadata"] for r in rest)
     finally:
         status, reply = kube_request(
             "DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0"

@@ -71,16 +71,29 @@ def table(
     `numbers` are read as numbers (a pool named 1e3 stays 1e3, not 1000); `widths` wraps.
     With `width`, a table wider than that is given as one record per row instead (`records`)."""
     text_columns = [i for i in range(len(headers)) if i not in numbers]
-    text = tabulate(
-        rows,
-        headers=list(headers),
-        tablefmt="simple",
-        maxcolwidths=list(widths) if widths is not None else None,
-        disable_numparse=text_columns,
-    )
+    cells = rows
+    if widths is not None:
+        cells = [
+            [_wrapped(value, limit) for value, limit in zip(row, widths, strict=True)]
+            for row in rows
+        ]
+    text = tabulate(cells, headers=list(headers), tablefmt="simple", disable_numparse=text_columns)
     if width is not None and natural_width([text]) > width:
         return records(rows, headers, width)
     return text
+
+
+def _wrapped(value: Any, width: int | None) -> Any:
+    """A text cell wrapped to `width` at spaces only. tabulate's own wrapping (maxcolwidths)
+    also breaks at hyphens, which cuts most Kubernetes names (`nvidia-dcgm-` / `exporter`)
+    into pieces that no longer copy as a name."""
+    if width is None or not isinstance(value, str) or len(value) <= width:
+        return value
+    return "\n".join(
+        line
+        for part in value.split("\n")
+        for line in textwrap.wrap(part, width, break_on_hyphens=False) or [""]
+    )
 
 
 def records(rows: Sequence[Sequence[Any]], headers: Sequence[str], width: int) -> str:

@@ -20,7 +20,7 @@ from gpu_audit.cli import main
 from gpu_audit.postscan.diff import diff_reports
 from gpu_audit.reports.diagnostics_table import render_inventory
 from gpu_audit.reports.table import render_diff_table, render_table
-from gpu_audit.reports.terminal import MAX_CHARS, cell, clip
+from gpu_audit.reports.terminal import MAX_CHARS, cell, clip, table
 from tests.builders import container, gpu_node, pod, pod_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -333,3 +333,17 @@ def test_names_that_look_like_numbers_stay_as_written() -> None:
     }
     row = next(line for line in render_inventory(inventory).splitlines() if "(none" in line)
     assert row.split()[:2] == ["1e3", "0x10"]
+
+
+def test_a_wrapped_column_keeps_kubernetes_names_whole() -> None:
+    # textwrap's default (and tabulate's maxcolwidths) breaks after hyphens.
+    name = "ml-serving/llama-3-70b-instruct-gateway"
+    text = table(
+        [[f"Deployment {name}", "7 replicas of a model server without a PodDisruptionBudget"]],
+        ["OBJECT", "MESSAGE"],
+        widths=[len(name) + 2, 24],
+    )
+    lines = [line.strip() for line in text.splitlines()]
+    assert any(line.startswith(name) for line in lines), text
+    assert "PodDisruptionBudget" in text.replace("\n", "")
+    assert max(len(line) for line in text.splitlines()) <= len(name) + 2 + 2 + 24

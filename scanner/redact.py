@@ -52,8 +52,11 @@ from __future__ import annotations
 import functools
 import re
 import string
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence, Set
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpu_audit.sharing import SharedParts
 
 REDACTED = "<redacted>"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -587,13 +590,17 @@ def _tree(value: Any, done: dict[str, str]) -> Any:
     return value
 
 
-def sanitize(obj: dict[str, Any]) -> dict[str, Any]:
+def sanitize(obj: dict[str, Any], parts: SharedParts | None = None) -> dict[str, Any]:
     """Drop managedFields; keep only the key names of a Secret's data and a ConfigMap's
     binaryData; redact every credential of every field (see the module's doc).
 
     Mutates and returns `obj` (the loader owns the freshly parsed dict); idempotent. The
     last-applied annotation is redacted on every object: it holds a full copy of the object as
-    applied.
+    applied. With `parts` (a live listing), the object's parts are first replaced by equal
+    ones of earlier objects (gpu_audit.sharing), which were sanitized with them and are not
+    walked again: what sanitize does to a part depends on the part alone (and, for a list, on
+    whether the key it is under names a credential, which `parts` tells apart), since a text
+    found clean in one object is clean in any (redact_text leaves any text _suspect clears).
     """
     metadata = obj.get("metadata")
     if isinstance(metadata, dict):
@@ -612,24 +619,37 @@ def sanitize(obj: dict[str, Any]) -> dict[str, Any]:
             obj[section] = dict.fromkeys(values, REDACTED)
         elif values is not None:
             obj[section] = REDACTED
+    if parts is None:
+        _scrub(obj, _NONE_DONE)
+    else:
+        with parts.shared(obj) as done:
+            _scrub(obj, done)
+    return obj
+
+
+_NONE_DONE: frozenset[int] = frozenset()
+
+
+def _scrub(obj: dict[str, Any], done: Set[int]) -> None:
+    """Redact every credential of `obj`, but in the parts whose ids are `done`."""
     # Names, pairs and flags are judged on the way; the text of every string is looked at
     # once for the whole object, and only an object that may hold a credential in a text is
     # walked again to redact its strings. Most strings of a cluster repeat (images, keys,
     # label values, commands): one found clean once is not looked at again.
     texts: list[str] = []
-    _scrub_mapping(obj, texts)
+    _scrub_mapping(obj, texts, done)
     if _suspect("\n".join(texts)):
-        _scrub_mapping(obj, None)
+        _scrub_mapping(obj, None, done)
     else:
         if len(_CLEAN) + len(texts) > _CLEAN_SIZE:
             _CLEAN.clear()
         _CLEAN.update(text for text in texts if len(text) <= _CLEAN_LENGTH)
-    return obj
 
 
-def _scrub_mapping(node: dict[Any, Any], texts: list[str] | None) -> None:
-    """Redact the values of credential names in `node` and below; the other strings go to
-    `texts`, or are redacted as text when `texts` is None."""
+def _scrub_mapping(node: dict[Any, Any], texts: list[str] | None, done: Set[int]) -> None:
+    """Redact the values of credential names in `node` and below (but in the mappings and
+    lists whose ids are `done`); the other strings go to `texts`, or are redacted as text
+    when `texts` is None."""
     # The loader's hottest loop (every string of every object): the caches are read inline.
     cache = _KEY_CACHE
     clean = _CLEAN
@@ -648,11 +668,12 @@ def _scrub_mapping(node: dict[Any, Any], texts: list[str] | None) -> None:
             else:
                 node[key] = redact_text(item, prose=False)
         elif type(item) is dict:
-            _scrub_mapping(item, texts)
-        elif type(item) is list:
+            if id(item) not in done:
+                _scrub_mapping(item, texts, done)
+        elif type(item) is list and id(item) not in done:
             if _secret_key(key):  # ServiceMonitor params: {token: [VALUE]}
                 item[:] = [REDACTED if isinstance(v, str) and not _kept(v) else v for v in item]
-            _scrub_list(item, texts)
+            _scrub_list(item, texts, done)
     # {name, value} pairs: env entries, probe httpHeaders, custom resources' env lists.
     name = node.get("name")
     if type(name) is str:
@@ -661,7 +682,7 @@ def _scrub_mapping(node: dict[Any, Any], texts: list[str] | None) -> None:
             node["value"] = REDACTED
 
 
-def _scrub_list(items: list[Any], texts: list[str] | None) -> None:
+def _scrub_list(items: list[Any], texts: list[str] | None, done: Set[int]) -> None:
     argv = None  # made at the first string: most lists hold mappings (containers, env)
     for index, item in enumerate(items):
         if type(item) is str:
@@ -678,10 +699,12 @@ def _scrub_list(items: list[Any], texts: list[str] | None) -> None:
             continue
         if argv is not None:
             argv.skip()
+        if id(item) in done:
+            continue
         if isinstance(item, dict):
-            _scrub_mapping(item, texts)
+            _scrub_mapping(item, texts, done)
         elif isinstance(item, list):
-            _scrub_list(item, texts)
+            _scrub_list(item, texts, done)
 
 
 _KEY_CACHE: dict[str, bool] = {}
@@ -690,6 +713,11 @@ _KEY_CACHE: dict[str, bool] = {}
 _CLEAN: set[str] = set()
 _CLEAN_SIZE = 1 << 18
 _CLEAN_LENGTH = 1024
+
+
+def list_under_credential(key: Any) -> bool:
+    """Whether sanitize redacts a list under this key whole (`token: [VALUE]`)."""
+    return _secret_key(key)
 
 
 def _secret_key(name: Any) -> bool:

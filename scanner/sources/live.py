@@ -407,7 +407,7 @@ def _to_resource(
     metadata = item.get("metadata") or {}
     namespace = str(metadata.get("namespace") or "") if info.namespaced else ""
     ref = ObjRef(info.type, namespace, str(metadata.get("name", "")))
-    return Resource(ref, api_version, parts.share(sanitize(item)), LIVE_SOURCE)
+    return Resource(ref, api_version, sanitize(item, parts), LIVE_SOURCE)
 
 
 def _identity(client: _Client) -> dict[str, Any]:

@@ -620,14 +620,14 @@ def sanitize(obj: dict[str, Any], parts: SharedParts | None = None) -> dict[str,
         elif values is not None:
             obj[section] = REDACTED
     if parts is None:
-        _scrub(obj, _NONE_DONE)
+        _scrub(obj, _NOTHING_SANITIZED)
     else:
         with parts.shared(obj) as done:
             _scrub(obj, done)
     return obj
 
 
-_NONE_DONE: frozenset[int] = frozenset()
+_NOTHING_SANITIZED: frozenset[int] = frozenset()
 
 
 def _scrub(obj: dict[str, Any], done: Set[int]) -> None:

@@ -14,7 +14,7 @@ workload from a pod spec: `deployment("llm", pod_spec(container()), replicas=2)`
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -98,6 +98,21 @@ def verdicts(run: CheckRun) -> list[Verdict]:
 def verdicts_of(check_id: str, objects: Iterable[Doc] | str) -> list[Verdict]:
     """`verdicts(run_check_on(check_id, objects))`."""
     return verdicts(run_check_on(check_id, objects))
+
+
+def fixture_clusters() -> Iterator[tuple[str, Path]]:
+    """Every fixture cluster, named: the scenarios, the sample, hostile and diagnostics
+    clusters, and each pass and fail fixture of each check."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    for cluster in sorted(fixtures.glob("scenarios/*/cluster")):
+        yield cluster.parent.name, cluster
+    for name in ("sample", "hostile"):
+        yield name, fixtures / "clusters" / name
+    for cluster in sorted((fixtures / "clusters" / "diagnostics").iterdir()):
+        yield f"diagnostics-{cluster.name}", cluster
+    for fixture in sorted(fixtures.glob("checks/*/*.yaml")):
+        if fixture.name.startswith(("pass-", "fail-")):
+            yield f"{fixture.parent.name}-{fixture.stem}", fixture
 
 
 def upstream_manifest(*parts: str) -> Path:

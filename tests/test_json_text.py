@@ -13,7 +13,7 @@ import math
 import sys
 import types
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 import gpu_audit.report as report_module
 from gpu_audit.cli import main
 from gpu_audit.json_text import canonical_json, reference_json
+from tests.builders import fixture_clusters
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
@@ -194,20 +195,6 @@ def test_float_and_string_forms_that_differ_between_libraries() -> None:
     )
 
 
-def _inputs() -> Iterator[tuple[str, Path]]:
-    """Every fixture cluster: scenarios, the sample, hostile and diagnostics clusters, and
-    each pass and fail fixture of each check."""
-    for cluster in sorted(FIXTURES.glob("scenarios/*/cluster")):
-        yield cluster.parent.name, cluster
-    for name in ("sample", "hostile"):
-        yield name, FIXTURES / "clusters" / name
-    for cluster in sorted((FIXTURES / "clusters" / "diagnostics").iterdir()):
-        yield f"diagnostics-{cluster.name}", cluster
-    for fixture in sorted(FIXTURES.glob("checks/*/*.yaml")):
-        if fixture.name.startswith(("pass-", "fail-")):
-            yield f"{fixture.parent.name}-{fixture.stem}", fixture
-
-
 def test_every_document_the_commands_write_for_the_fixtures(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -235,7 +222,7 @@ def test_every_document_the_commands_write_for_the_fixtures(
         written += 1
 
     reports: list[Path] = []
-    for name, path in _inputs():
+    for name, path in fixture_clusters():
         reports.append(tmp_path / f"{name}.json")
         scan = ("scan", "--from-file", str(path), "--cluster-name", name, "-o", "json")
         run(*scan, "--output-file", str(reports[-1]), "--gpu-prices", str(PRICES))

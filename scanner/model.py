@@ -488,6 +488,11 @@ class Resource:
     _annotations: Mapping[str, str] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    # The pod templates it carries, kept by gpu_audit.k8s.pods.templates_of (which this
+    # module cannot import): checks ask for them of every object many times over.
+    pod_templates_cache: tuple[Any, ...] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def metadata(self) -> Mapping[str, Any]:

@@ -139,11 +139,6 @@ def _pods_by_top_owner(snapshot: Snapshot) -> Mapping[ObjRef, tuple[Resource, ..
     return {ref: tuple(pods) for ref, pods in out.items()}
 
 
-def pod_requests_gpu(pod: Resource) -> bool:
-    templates = templates_of(pod)
-    return bool(templates) and templates[0].requests_gpu
-
-
 def is_scheduled(pod: Resource) -> bool:
     return bool(pod.spec.get("nodeName")) and pod_is_active(pod)
 

@@ -14,6 +14,7 @@ from gpu_audit.api import (
     count_field,
     failed,
     passed,
+    pod_requests_gpu,
     runs_on_spot,
     templates_of,
 )
@@ -25,7 +26,6 @@ from gpu_audit.checks.distributed._common import (
     gpu_training_jobs,
     is_finished,
     managing_owner,
-    pod_requests_gpu,
     pods_of,
     restart_count,
     was_disrupted,

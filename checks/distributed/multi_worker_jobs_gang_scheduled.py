@@ -24,6 +24,7 @@ from gpu_audit.api import (
     failed,
     is_gpu_resource,
     passed,
+    pod_requests_gpu,
     relate,
     replica_groups,
     template_spec,
@@ -38,7 +39,6 @@ from gpu_audit.checks.distributed._common import (
     launch_tokens,
     managing_owner,
     pod_gpus,
-    pod_requests_gpu,
     pods_of,
     total_pods,
 )

@@ -41,6 +41,7 @@ from gpu_audit.k8s.pods import (
     LEADER_WORKER_SET,
     PodTemplate,
     effective_pod_request,
+    pod_requests_gpu,
     templates_of,
     top_owner,
 )
@@ -271,7 +272,7 @@ def landing(snapshot: Snapshot, item: MultiNodeTemplate) -> Landing:
         {
             str(p.spec.get("nodeName"))
             for p in _pods_by_owner(snapshot).get(item.template.owner.ref.sort_key, ())
-            if p.spec.get("nodeName") and pod_is_active(p) and _pod_requests_gpu(p)
+            if p.spec.get("nodeName") and pod_is_active(p) and pod_requests_gpu(p)
         }
     )
     if bound:
@@ -284,11 +285,6 @@ def landing(snapshot: Snapshot, item: MultiNodeTemplate) -> Landing:
         ),
     )
     return Landing(candidates, False)
-
-
-def _pod_requests_gpu(pod: Resource) -> bool:
-    templates = templates_of(pod)
-    return bool(templates) and templates[0].requests_gpu
 
 
 def _pods_by_owner(snapshot: Snapshot) -> Mapping[tuple[str, str, str], tuple[Resource, ...]]:

@@ -330,7 +330,6 @@ def templates_of(resource: Resource, snapshot: Snapshot | None = None) -> tuple[
     is derived from beyond the object (the ServingRuntime an InferenceService's model runs
     on, the Deployment KServe rendered for it)."""
     kind = resource.ref.kind
-    spec = resource.spec
     if kind == INFERENCE_SERVICE:
         return tuple(
             PodTemplate(resource, c.spec, c.metadata, c.path, c.role, c.container_paths)
@@ -338,11 +337,29 @@ def templates_of(resource: Resource, snapshot: Snapshot | None = None) -> tuple[
         )
     if kind == TRAIN_JOB:
         return _trainjob_templates(resource, snapshot)
-    if kind in RUNTIME_TYPES:
-        return tuple(_operator_template(resource, t) for t in runtime_templates(resource))
     if kind == KNATIVE_SERVICE:
         revisions = revision_templates(resource, snapshot)
         return tuple(_operator_template(resource, t) for t in revisions)
+    # The other kinds' templates are the object's alone: made once, so that what a template
+    # learns on first use (its containers, whether it requests GPUs) is kept.
+    found: tuple[PodTemplate, ...] | None = resource.pod_templates_cache
+    if found is None:
+        found = _own_templates(resource)
+        object.__setattr__(resource, "pod_templates_cache", found)
+    return found
+
+
+def pod_requests_gpu(pod: Resource) -> bool:
+    """Whether a Pod's containers request or limit a GPU resource."""
+    templates = templates_of(pod)
+    return bool(templates) and templates[0].requests_gpu
+
+
+def _own_templates(resource: Resource) -> tuple[PodTemplate, ...]:
+    kind = resource.ref.kind
+    spec = resource.spec
+    if kind in RUNTIME_TYPES:
+        return tuple(_operator_template(resource, t) for t in runtime_templates(resource))
     if kind in (SERVING_RUNTIME, CLUSTER_SERVING_RUNTIME):
         return ()  # a runtime runs nothing itself; each InferenceService merges it
     if kind in _OPERATOR_TEMPLATES:

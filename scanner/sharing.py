@@ -14,7 +14,10 @@ in the same key order, so what any reader sees, and what the report prints, is u
 
 The live loader shares each object as it comes, before it is redacted, and a part seen
 before is not redacted again (gpu_audit.redact.sanitize says why that is the same), so the
-peak is what is kept. Files are not shared: their peak is the parse of the whole file, which
+peak is what is kept. Parts are looked up whole, top down, by their JSON text (written by
+msgspec, in C): at 20,000 pods, 480 thousand parts are visited instead of 2.7 million, the
+listing's CPU went from 4.0 to 3.6 s and the peak traced memory of the listing from 188 to
+152 MiB. Files are not shared: their peak is the parse of the whole file, which
 sharing afterwards would not lower (measured at 50k pods with the texts shared as they were
 redacted: the same peak RSS, 3-5% more time).
 """
@@ -26,22 +29,33 @@ import threading
 from collections.abc import Iterator, Set
 from typing import Any
 
+import msgspec
+
 from gpu_audit.redact import list_under_credential
+
+# The JSON text of a part: what the report would print of it, so two parts with the same text
+# read the same to every reader (key order kept, true / 1 / 1.0 and -0.0 / 0.0 apart). Parts
+# come from a JSON decoder: their keys are strings.
+_JSON_TEXT = msgspec.json.Encoder().encode
 
 
 class SharedParts:
-    """The parts seen so far, each under a key built from its items: a flat tuple of its
-    keys, its texts, True, False and None as they are, its numbers with their class (True ==
-    1 and -0.0 == 0.0, but the report prints them apart), and the identity of each of its
-    (already shared) children. A child's identity is never 0 or 1, and a number is always in
-    a tuple, so no two kinds of item can be taken for each other. A list under a key that
-    names a credential is known apart (sanitize redacts it whole there, not elsewhere). A key
-    holds its part, so an identity in a key is not reused while the table lives; the table
-    is dropped after the load (its keys take about as much memory as the parts they stand
-    for), and the objects keep their parts."""
+    """The parts seen so far, each under the hash of its JSON text. A part is looked up whole,
+    before its own parts: when an equal one was seen, the whole part is replaced and nothing
+    in it is visited (most of a pod is its workload's, seen before); else it is kept and its
+    own parts are looked up in turn. A part found under its hash is taken only when its text
+    is the new one's (no trust in the hash): a part sanitize has changed since (a credential
+    redacted) is no longer found, and the new part is kept apart. A list under a key
+    that names a credential is looked up in a table of its own (sanitize redacts it whole
+    there, not elsewhere). The table holds its parts, so an identity in it is not reused
+    while it lives; it is dropped after the load, and the objects keep their parts."""
 
     def __init__(self) -> None:
-        self._parts: dict[tuple[Any, ...], Any] = {}
+        self._parts: dict[int, Any] = {}
+        self._credential_lists: dict[int, Any] = {}
+        # The parts kept apart from the one under their hash: held as the tables hold theirs,
+        # so that the id of a sanitized part is not reused while the table lives.
+        self._apart: list[Any] = []
         # Texts too: a parser makes a new string for every value (1.9 million string objects
         # at 20,000 pods, 135 thousand of them distinct).
         self._texts: dict[str, str] = {}
@@ -58,10 +72,8 @@ class SharedParts:
         that are sanitized already, for the caller to sanitize the rest. Once it has, they are
         sanitized too."""
         with self._lock:
-            for key, value in obj.items():
-                if value.__class__ is dict or value.__class__ is list:
-                    obj[key] = self._part(value, False)
             try:
+                self._share_items(obj)
                 yield self._sanitized
                 self._sanitized.update(self._new)
             finally:
@@ -69,31 +81,31 @@ class SharedParts:
 
     def _part(self, part: Any, under_credential: bool) -> Any:
         """The part equal to this mapping or list: one seen before, or this one, its own
-        parts shared first. One loop reads both (a mapping's keys go into its key)."""
-        is_map = part.__class__ is dict
-        items: list[Any] = ["{" if is_map else "[!" if under_credential else "["]
-        append = items.append
+        parts shared."""
+        table = self._credential_lists if under_credential else self._parts
+        text = _JSON_TEXT(part)
+        key = hash(text)
+        seen = table.get(key)
+        if seen is None:
+            table[key] = part
+        elif _JSON_TEXT(seen) == text:
+            return seen
+        else:
+            self._apart.append(part)
+        self._new.append(id(part))
+        self._share_items(part)
+        return part
+
+    def _share_items(self, part: Any) -> None:
         texts = self._texts
+        is_map = part.__class__ is dict
         for at, value in part.items() if is_map else enumerate(part):
-            if is_map:
-                append(at)
             kind = value.__class__
-            if kind is str:  # first: most values are
+            if kind is str:
                 text = texts.setdefault(value, value)
                 if text is not value:
                     part[at] = text
-                append(text)
-            elif kind is bool or value is None:
-                append(value)
             elif kind is dict:
-                value = part[at] = self._part(value, False)
-                append(id(value))
+                part[at] = self._part(value, False)
             elif kind is list:
-                value = part[at] = self._part(value, is_map and list_under_credential(at))
-                append(id(value))
-            else:  # the class keeps 1 apart from 1.0; repr keeps -0.0 apart from 0.0
-                append((float, repr(value)) if kind is float else (kind, value))
-        shared = self._parts.setdefault(tuple(items), part)
-        if shared is part:
-            self._new.append(id(part))
-        return shared
+                part[at] = self._part(value, is_map and list_under_credential(at))

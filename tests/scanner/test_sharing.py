@@ -211,6 +211,15 @@ def test_a_list_under_a_credential_name_is_not_shared_with_the_same_list_elsewhe
     assert job["spec"]["args"] == ["abc123"]
 
 
+def test_a_list_under_a_credential_name_at_the_top_of_an_object_is_kept_apart_too() -> None:
+    # A custom resource's own top-level field: sanitize redacts the list in place there.
+    table = SharedParts()
+    first = sanitize({"kind": "Custom", "metadata": {"name": "a"}, "token": ["abc123"]}, table)
+    second = sanitize({"kind": "Custom", "metadata": {"name": "b"}, "args": ["abc123"]}, table)
+    assert first["token"] == [REDACTED]
+    assert second["args"] == ["abc123"]
+
+
 def test_the_planted_credential_corpus_sanitizes_the_same_through_a_shared_table() -> None:
     # Every form of credential gpu_audit.redact knows, in every field of every kind: each
     # object read twice (a second pod of the workload), so that every part is shared once.

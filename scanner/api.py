@@ -191,6 +191,7 @@ from gpu_audit.k8s.node_lifecycle import (
     is_joining,
     is_transient_taint,
 )
+from gpu_audit.k8s.node_shapes import nodes_alike, taints_of
 from gpu_audit.k8s.nvidia_runtime import NvidiaRuntime, nvidia_runtime
 from gpu_audit.k8s.objects import (
     as_list,
@@ -378,6 +379,7 @@ API_GROUPS: tuple[ApiGroup, ...] = (
         (
             "Taint",
             "node_taints",
+            "taints_of",
             "tolerates",
             "untolerated_taints",
             "node_affinity_matches",
@@ -385,6 +387,7 @@ API_GROUPS: tuple[ApiGroup, ...] = (
             "NodeAffinity",
             "node_affinity_of",
             "schedules_on",
+            "nodes_alike",
             "node_is_ready",
             "node_is_schedulable",
             "DAEMONSET_POD_TOLERATIONS",
@@ -898,6 +901,7 @@ __all__ = [
     "nodepool_requirements",
     "nodepool_taints",
     "nodepool_template_labels",
+    "nodes_alike",
     "nvidia_runtime",
     "operand_deployed",
     "operand_label",
@@ -939,6 +943,7 @@ __all__ = [
     "selects_nvidia_gpus",
     "stack_agent_runs_on",
     "str_map",
+    "taints_of",
     "template_gpus",
     "template_pods",
     "template_spec",

@@ -4,7 +4,7 @@ Nodes of the snapshot and the nodes Karpenter NodePools could launch."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import partial
@@ -12,7 +12,6 @@ from typing import Any
 
 from gpu_audit.api import (
     NODEPOOL,
-    NodeAffinity,
     PodTemplate,
     Resource,
     Snapshot,
@@ -25,16 +24,15 @@ from gpu_audit.api import (
     gpu_hosts,
     has_resource_status,
     is_extended_resource,
-    node_affinity_keys,
     node_affinity_matches,
-    node_affinity_of,
-    node_taints,
     nodepool_gpu_scope,
     nodepool_requirements,
     nodepool_taints,
     nodepool_template_labels,
+    nodes_alike,
     quantities,
     str_map,
+    taints_of,
     tolerates,
 )
 
@@ -93,7 +91,7 @@ def _candidate_nodes(
 ) -> list[CandidateNode]:
     nodes = gpu_hosts(snapshot) if gpu_only else snapshot.of("Node")
     matching = {id(n) for n in nodes_alike(snapshot, spec, partial(node_affinity_matches, spec))}
-    out = [CandidateNode(n, _taints(snapshot, n)) for n in nodes if id(n) in matching]
+    out = [CandidateNode(n, taints_of(snapshot, n)) for n in nodes if id(n) in matching]
     out.extend(
         CandidateNode(p, nodepool_taints(p))
         for p in snapshot.of(NODEPOOL)
@@ -270,96 +268,13 @@ def eligible_nodes(snapshot: Snapshot, template: PodTemplate) -> tuple[Resource,
         return (
             has_resource_status(node)
             and node_affinity_matches(template.spec, node)
-            and not blocking_taints(template, _taints(snapshot, node))
+            and not blocking_taints(template, taints_of(snapshot, node))
         )
 
     return snapshot.derived(
         ("scheduling.eligible_nodes", _eligibility_key(template)),
         lambda s: nodes_alike(s, template.spec, eligible),
     )
-
-
-def nodes_alike(
-    snapshot: Snapshot, spec: Mapping[str, Any], accept: Callable[[Resource], bool]
-) -> tuple[Resource, ...]:
-    """The Nodes that pass `accept`, in order, where `accept` reads of a node only the labels
-    the pod spec's nodeSelector and required node affinity name, its name when a term selects
-    by field, its taints and whether it has resource status: it is called once per node shape
-    (nodes that agree on those), and a cluster of thousands of nodes has few shapes."""
-    keys, by_field = node_affinity_keys(spec)
-    named = tuple(sorted(keys))
-    shape_of, first = snapshot.derived(
-        ("scheduling.node_shapes", named, by_field), lambda s: _node_shapes(s, named, by_field)
-    )
-    passing = [False] * len(first)
-    for shape in _may_match(snapshot, named, by_field, first, node_affinity_of(spec)):
-        passing[shape] = accept(first[shape])
-    nodes = snapshot.of("Node")
-    return tuple(n for n, shape in zip(nodes, shape_of, strict=True) if passing[shape])
-
-
-def _may_match(
-    snapshot: Snapshot,
-    keys: tuple[str, ...],
-    by_field: bool,
-    first: tuple[Resource, ...],
-    affinity: NodeAffinity,
-) -> Iterable[int]:
-    """The node shapes that may match `affinity`: those with the values of its most selective
-    required label (a cluster of hundreds of node shapes has few with a given GPU product or
-    pool), or every shape when it requires none. `accept` implies a match, so the others
-    fail."""
-    required = affinity.required_values()
-    if not required:
-        return range(len(first))
-    index = snapshot.derived(
-        ("scheduling.node_shapes_by_label", keys, by_field), lambda s: _shapes_by_label(keys, first)
-    )
-    options = (
-        sorted(i for value in allowed for i in index[key].get(value, ()))
-        for key, allowed in required.items()
-    )
-    return min(options, key=len)
-
-
-def _shapes_by_label(
-    keys: tuple[str, ...], first: tuple[Resource, ...]
-) -> dict[str, dict[str | None, list[int]]]:
-    """Per label key, per value: the node shapes (their first nodes) with that value."""
-    index: dict[str, dict[str | None, list[int]]] = {key: {} for key in keys}
-    for shape, node in enumerate(first):
-        labels = node.labels
-        for key in keys:
-            index[key].setdefault(labels.get(key), []).append(shape)
-    return index
-
-
-def _taints(snapshot: Snapshot, node: Resource) -> tuple[Taint, ...]:
-    """node_taints, read once per snapshot and node."""
-    return snapshot.fact("scheduling.node_taints", node, node_taints)
-
-
-def _node_shapes(
-    snapshot: Snapshot, keys: tuple[str, ...], by_field: bool
-) -> tuple[tuple[int, ...], tuple[Resource, ...]]:
-    """Each Node's shape for nodes_alike, and the first node of each shape."""
-    index: dict[Hashable, int] = {}
-    shape_of: list[int] = []
-    first: list[Resource] = []
-    for node in snapshot.of("Node"):
-        labels = node.labels
-        shape = (
-            tuple(labels.get(k) for k in keys),
-            node.ref.name if by_field else "",
-            _taints(snapshot, node),
-            has_resource_status(node),
-        )
-        found = index.get(shape)
-        if found is None:
-            found = index[shape] = len(first)
-            first.append(node)
-        shape_of.append(found)
-    return tuple(shape_of), tuple(first)
 
 
 def first_fitting_node(

@@ -1,6 +1,7 @@
 import json
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from gpu_audit.api import (
@@ -18,6 +19,7 @@ from gpu_audit.api import (
     check,
     failed,
     gpu_nodes,
+    nodes_alike,
     passed,
     pod_templates,
     schedules_on,
@@ -65,7 +67,8 @@ def _matching_gpu_nodes(snapshot: Snapshot, spec: Mapping[str, Any]) -> tuple[Re
     node_name = spec.get("nodeName")
     if node_name:
         return tuple(n for n in nodes if n.ref.name == node_name)
-    return tuple(n for n in nodes if schedules_on(spec, n))
+    admitting = {id(n) for n in nodes_alike(snapshot, spec, partial(schedules_on, spec))}
+    return tuple(n for n in nodes if id(n) in admitting)
 
 
 @check(

@@ -30,11 +30,13 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from gpu_audit.k8s.gpu_hosts import gpu_nodes, gpu_quantities
 from gpu_audit.k8s.gpu_resources import is_gpu_resource
 from gpu_audit.k8s.kubeflow_trainer import TRAIN_JOB, referenced_runtime
+from gpu_audit.k8s.node_shapes import nodes_alike
 from gpu_audit.k8s.objects import as_list, as_mapping
 from gpu_audit.k8s.pods import (
     JOBSET,
@@ -280,11 +282,14 @@ def landing(snapshot: Snapshot, item: MultiNodeTemplate) -> Landing:
     spec, gpus = item.template.spec, max(item.gpus, 1)
     candidates = snapshot.derived(  # templates alike in placement share one pass
         ("fabric.candidates", schedules_on_key(spec), gpus),
-        lambda s: tuple(
-            n for n in gpu_nodes(s) if node_gpu_count(n) >= gpus and schedules_on(spec, n)
-        ),
+        lambda s: _candidates(s, spec, gpus),
     )
     return Landing(candidates, False)
+
+
+def _candidates(snapshot: Snapshot, spec: Mapping[str, Any], gpus: int) -> tuple[Resource, ...]:
+    admitting = {id(n) for n in nodes_alike(snapshot, spec, partial(schedules_on, spec))}
+    return tuple(n for n in gpu_nodes(snapshot) if id(n) in admitting and node_gpu_count(n) >= gpus)
 
 
 def _pods_by_owner(snapshot: Snapshot) -> Mapping[tuple[str, str, str], tuple[Resource, ...]]:

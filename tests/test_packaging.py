@@ -35,6 +35,6 @@ def test_wheel_contains_only_the_gpu_audit_namespace(tmp_path: Path) -> None:
     assert "gpu_audit/schema/report.schema.json" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     scripts = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "gpu-audit = gpu_audit.cli:main" in scripts
+    assert "gpu-audit = gpu_audit.cli:run" in scripts
     # kubectl runs kubectl-gpu_audit for `kubectl gpu-audit` (the kubectl plugin).
     assert "kubectl-gpu_audit = gpu_audit.cli:kubectl_plugin" in scripts

@@ -181,6 +181,21 @@ def _gc_paused() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def left_at_exit() -> Iterator[None]:
+    """For a process that ends when the block does (the executables): keep the interpreter's
+    exit from freeing, one by one, the objects the block left. A scan's snapshot is held in
+    reference cycles (a pod template names its object, which keeps its templates), so it waits
+    for the collection the interpreter runs as it exits: 2.1-2.8 s of an 18.7 s scan at
+    50,000 pods. Frozen objects are not collected; the process ends and its memory goes back
+    whole. The exit is otherwise the usual one: atexit handlers run (the kubernetes client
+    removes the certificate files it wrote), and the standard streams are flushed."""
+    try:
+        yield
+    finally:
+        gc.freeze()
+
+
+@contextlib.contextmanager
 def frozen_snapshot(inputs: Inputs, types: Iterable[str]) -> Iterator[Snapshot]:
     """load_snapshot, kept out of the cyclic garbage collector's sight while the caller (the
     checks, diagnostics and report) reads it.

@@ -271,25 +271,35 @@ def _placement_by_shape(
     the filters before NodeResourcesFit fail and the reasons of the first that does (None when
     none does), the same for those after it."""
     affinity = node_affinity_of(spec)
-    by_static: dict[Hashable, tuple[Outcome, Outcome]] = {}
+    # The filters before the fit read only what `static` holds and whether affinity matches:
+    # their failures are counted once per pair (a cluster of 500 node classes has thousands
+    # of shapes for a pod that spreads or selects by class, and a handful of such pairs).
+    before_by_static: dict[tuple[Hashable, bool], tuple[int, tuple[str, ...] | None]] = {}
     places_by_labels = bool(spread or rules.affinity or rules.anti_affinity or rules.existing)
+    after = _failures((_PASSED, _PASSED))
     out: list[_ShapeFailures] = []
     for i in first:
         node = facts.usages[i].node
-        static = facts.static[i]
-        cordon_taints = by_static.get(static)
-        if cordon_taints is None:
-            cordon_taints = by_static[static] = (
-                _outcome(node_unschedulable(spec, node)),
-                _outcome(taint_toleration(spec, node)),
+        matches = affinity.matches(node)
+        key = (facts.static[i], matches)
+        before = before_by_static.get(key)
+        if before is None:
+            matched: Outcome = _PASSED if matches else (False, (NODE_AFFINITY,))
+            before = before_by_static[key] = _failures(
+                (
+                    _outcome(node_unschedulable(spec, node)),
+                    _outcome(taint_toleration(spec, node)),
+                    matched,
+                )
             )
-        matched: Outcome = _PASSED if affinity.matches(node) else (False, (NODE_AFFINITY,))
         if places_by_labels:
-            spreading = _outcome(pod_topology_spread(spread, node))
-            inter_pod = _outcome(inter_pod_affinity(rules, node))
-        else:
-            spreading = inter_pod = _PASSED
-        out.append((*_failures((*cordon_taints, matched)), *_failures((spreading, inter_pod))))
+            after = _failures(
+                (
+                    _outcome(pod_topology_spread(spread, node)),
+                    _outcome(inter_pod_affinity(rules, node)),
+                )
+            )
+        out.append((*before, *after))
     return out
 
 

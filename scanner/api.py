@@ -191,7 +191,7 @@ from gpu_audit.k8s.node_lifecycle import (
     is_joining,
     is_transient_taint,
 )
-from gpu_audit.k8s.node_shapes import nodes_alike, taints_of
+from gpu_audit.k8s.node_shapes import gpu_nodes_admitting, nodes_alike, taints_of
 from gpu_audit.k8s.nvidia_runtime import NvidiaRuntime, nvidia_runtime
 from gpu_audit.k8s.objects import (
     as_list,
@@ -388,6 +388,7 @@ API_GROUPS: tuple[ApiGroup, ...] = (
             "node_affinity_of",
             "schedules_on",
             "nodes_alike",
+            "gpu_nodes_admitting",
             "node_is_ready",
             "node_is_schedulable",
             "DAEMONSET_POD_TOLERATIONS",
@@ -847,6 +848,7 @@ __all__ = [
     "gpu_bound_nodes",
     "gpu_hosts",
     "gpu_nodes",
+    "gpu_nodes_admitting",
     "gpu_pod_templates",
     "gpu_quantities",
     "gpu_selection_keys",

@@ -1,7 +1,6 @@
 import json
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
-from functools import partial
 from typing import Any
 
 from gpu_audit.api import (
@@ -19,10 +18,9 @@ from gpu_audit.api import (
     check,
     failed,
     gpu_nodes,
-    nodes_alike,
+    gpu_nodes_admitting,
     passed,
     pod_templates,
-    schedules_on,
 )
 from gpu_audit.checks.sharing._common import strict_shared_names
 
@@ -63,12 +61,10 @@ def _targets(snapshot: Snapshot, container: Container) -> tuple[Resource, ...]:
 
 
 def _matching_gpu_nodes(snapshot: Snapshot, spec: Mapping[str, Any]) -> tuple[Resource, ...]:
-    nodes = gpu_nodes(snapshot)
     node_name = spec.get("nodeName")
     if node_name:
-        return tuple(n for n in nodes if n.ref.name == node_name)
-    admitting = {id(n) for n in nodes_alike(snapshot, spec, partial(schedules_on, spec))}
-    return tuple(n for n in nodes if id(n) in admitting)
+        return tuple(n for n in gpu_nodes(snapshot) if n.ref.name == node_name)
+    return gpu_nodes_admitting(snapshot, spec)
 
 
 @check(

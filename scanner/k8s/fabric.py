@@ -30,13 +30,12 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from functools import partial
 from typing import Any
 
-from gpu_audit.k8s.gpu_hosts import gpu_nodes, gpu_quantities
+from gpu_audit.k8s.gpu_hosts import gpu_quantities
 from gpu_audit.k8s.gpu_resources import is_gpu_resource
 from gpu_audit.k8s.kubeflow_trainer import TRAIN_JOB, referenced_runtime
-from gpu_audit.k8s.node_shapes import nodes_alike
+from gpu_audit.k8s.node_shapes import gpu_nodes_admitting
 from gpu_audit.k8s.objects import as_list, as_mapping
 from gpu_audit.k8s.pods import (
     JOBSET,
@@ -49,7 +48,7 @@ from gpu_audit.k8s.pods import (
 )
 from gpu_audit.k8s.quantities import QuantityError, parse_quantity
 from gpu_audit.k8s.ray import RAY_TYPES
-from gpu_audit.k8s.scheduling import schedules_on, schedules_on_key
+from gpu_audit.k8s.scheduling import schedules_on_key
 from gpu_audit.k8s.training_jobs import (
     KUBEFLOW_REPLICA_KEYS,
     VOLCANO_JOB,
@@ -288,8 +287,7 @@ def landing(snapshot: Snapshot, item: MultiNodeTemplate) -> Landing:
 
 
 def _candidates(snapshot: Snapshot, spec: Mapping[str, Any], gpus: int) -> tuple[Resource, ...]:
-    admitting = {id(n) for n in nodes_alike(snapshot, spec, partial(schedules_on, spec))}
-    return tuple(n for n in gpu_nodes(snapshot) if id(n) in admitting and node_gpu_count(n) >= gpus)
+    return tuple(n for n in gpu_nodes_admitting(snapshot, spec) if node_gpu_count(n) >= gpus)
 
 
 def _pods_by_owner(snapshot: Snapshot) -> Mapping[tuple[str, str, str], tuple[Resource, ...]]:

@@ -10,15 +10,18 @@ the fabric and sharing knowledge share the shapes through the snapshot.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
-from gpu_audit.k8s.gpu_hosts import has_resource_status
+from gpu_audit.k8s.gpu_hosts import gpu_nodes, has_resource_status
 from gpu_audit.k8s.scheduling import (
     NodeAffinity,
     Taint,
     node_affinity_keys,
     node_affinity_of,
     node_taints,
+    schedules_on,
+    schedules_on_key,
 )
 from gpu_audit.model import Resource
 from gpu_audit.snapshot import Snapshot
@@ -41,6 +44,17 @@ def nodes_alike(
         passing[shape] = accept(first[shape])
     nodes = snapshot.of("Node")
     return tuple(n for n, shape in zip(nodes, shape_of, strict=True) if passing[shape])
+
+
+def gpu_nodes_admitting(snapshot: Snapshot, spec: Mapping[str, Any]) -> tuple[Resource, ...]:
+    """The GPU nodes, in order, the pod spec schedules on (selectors, required node affinity,
+    taints): found once per snapshot for the pod specs alike in what schedules_on reads."""
+
+    def find(s: Snapshot) -> tuple[Resource, ...]:
+        admitting = {id(n) for n in nodes_alike(s, spec, partial(schedules_on, spec))}
+        return tuple(n for n in gpu_nodes(s) if id(n) in admitting)
+
+    return snapshot.derived(("gpu_nodes_admitting", schedules_on_key(spec)), find)
 
 
 def _may_match(

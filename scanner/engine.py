@@ -159,6 +159,11 @@ def _nested(text: str, result: Result) -> str:
     return "\n".join([*comments, note, where, *body, *notes])
 
 
+# The safe loader in libyaml's C when PyYAML has it: the same values, ten times faster (a
+# large scan reads hundreds of fixes; 0.4 s of 5.7 s of checks at 50,000 pods).
+_FRAGMENT_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _fix_target(
     body: list[str], result: Result, snapshot: Snapshot | None
 ) -> tuple[Resource | None, PodTemplate | None, Any]:
@@ -170,7 +175,7 @@ def _fix_target(
     templates = templates_of(resource, snapshot) if resource is not None else ()
     template = next((t for t in templates if t.path == result.pod_spec_path), None)
     try:
-        fragment = yaml.safe_load("\n".join(body)) if body else None
+        fragment = yaml.load("\n".join(body), Loader=_FRAGMENT_LOADER) if body else None
     except yaml.YAMLError:
         fragment = None
     return resource, template, fragment

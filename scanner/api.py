@@ -210,6 +210,7 @@ from gpu_audit.k8s.pods import (
     gpu_pod_templates,
     pod_requests_gpu,
     pod_templates,
+    pods_on_node,
     templates_of,
     top_owner,
 )
@@ -410,6 +411,7 @@ API_GROUPS: tuple[ApiGroup, ...] = (
             "gpu_pod_templates",
             "templates_of",
             "pod_requests_gpu",
+            "pods_on_node",
             "controller_owner",
             "top_owner",
             "effective_pod_request",
@@ -922,6 +924,7 @@ __all__ = [
     "pod_requests_gpu",
     "pod_spec",
     "pod_templates",
+    "pods_on_node",
     "podset_templates",
     "pointer",
     "policy_operand_runs_on",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from decimal import Decimal
 
 from gpu_audit.api import (
@@ -12,6 +11,7 @@ from gpu_audit.api import (
     is_gpu_resource,
     owner_kinds,
     pod_is_active,
+    pods_on_node,
     templates_of,
 )
 
@@ -31,18 +31,13 @@ def is_node_agent(pod: Resource) -> bool:
     return "DaemonSet" in owner_kinds(pod) or "kubernetes.io/config.mirror" in pod.annotations
 
 
-def tenants_by_node(snapshot: Snapshot) -> dict[str, list[Resource]]:
-    """Active, bound, non-agent Pods per node name (found once per snapshot: read-only)."""
-    return snapshot.derived("cost.tenants_by_node", _tenants_by_node)
-
-
-def _tenants_by_node(snapshot: Snapshot) -> dict[str, list[Resource]]:
-    out: dict[str, list[Resource]] = defaultdict(list)
-    for pod in snapshot.of("Pod"):
-        node = pod.spec.get("nodeName")
-        if isinstance(node, str) and node and pod_is_active(pod) and not is_node_agent(pod):
-            out[node].append(pod)
-    return dict(out)
+def tenants(snapshot: Snapshot, node_name: str) -> list[Resource]:
+    """The active, non-agent Pods bound to the node."""
+    return [
+        pod
+        for pod in pods_on_node(snapshot, node_name)
+        if pod_is_active(pod) and not is_node_agent(pod)
+    ]
 
 
 # Where a cloud node names its instance (spec.providerID) and the labels of node groups that an

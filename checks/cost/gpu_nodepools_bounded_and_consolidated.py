@@ -18,7 +18,7 @@ from gpu_audit.api import (
     owner_kinds,
     passed,
 )
-from gpu_audit.checks.cost._common import pod_gpus, tenants_by_node
+from gpu_audit.checks.cost._common import pod_gpus, tenants
 
 _TRAINING_OWNERS = frozenset({"Job", "PyTorchJob", "TFJob", "MPIJob", "TrainJob", "PodGroup"})
 # Policies that also repack nodes that still run pods (v1 WhenEmptyOrUnderutilized, its v1beta1
@@ -94,14 +94,13 @@ Problem = tuple[Severity, str, str, str]
     ),
 )
 def gpu_nodepools_bounded_and_consolidated(snapshot: Snapshot) -> Iterator[Result]:
-    tenants = tenants_by_node(snapshot)
     for pool in snapshot.of(NODEPOOL):
         scope = nodepool_gpu_scope(pool)
         if scope == "none":
             continue
-        idle = _idle_nodes(snapshot, pool, tenants)
+        idle = _idle_nodes(snapshot, pool)
         problems = list(_config_problems(pool, scope, idle)) + list(
-            _training_at_risk(snapshot, pool, tenants)
+            _training_at_risk(snapshot, pool)
         )
         if not problems:
             static = pool.spec.get("replicas") is not None
@@ -120,16 +119,14 @@ def gpu_nodepools_bounded_and_consolidated(snapshot: Snapshot) -> Iterator[Resul
         )
 
 
-def _idle_nodes(
-    snapshot: Snapshot, pool: Resource, tenants: dict[str, list[Resource]]
-) -> list[str]:
+def _idle_nodes(snapshot: Snapshot, pool: Resource) -> list[str]:
     """Live nodes of the pool that advertise GPUs no pod requests."""
     return sorted(
         node.ref.name
         for node in snapshot.with_label("Node", "karpenter.sh/nodepool", pool.ref.name)
         if has_resource_status(node)
         and sum(gpu_quantities(node, "allocatable").values()) > 0
-        and not any(pod_gpus(p) > 0 for p in tenants.get(node.ref.name, []))
+        and not any(pod_gpus(p) > 0 for p in tenants(snapshot, node.ref.name))
     )
 
 
@@ -178,9 +175,7 @@ def _config_problems(pool: Resource, scope: str, idle: list[str]) -> Iterator[Pr
             )
 
 
-def _training_at_risk(
-    snapshot: Snapshot, pool: Resource, tenants: dict[str, list[Resource]]
-) -> Iterator[Problem]:
+def _training_at_risk(snapshot: Snapshot, pool: Resource) -> Iterator[Problem]:
     disruption = as_mapping(pool.spec.get("disruption"))
     policy = str(disruption.get("consolidationPolicy") or "WhenEmptyOrUnderutilized")
     if pool.spec.get("replicas") is not None or policy not in _REPACKING:
@@ -188,7 +183,7 @@ def _training_at_risk(
     exposed = sorted(
         str(pod.ref)
         for node in snapshot.with_label("Node", "karpenter.sh/nodepool", pool.ref.name)
-        for pod in tenants.get(node.ref.name, [])
+        for pod in tenants(snapshot, node.ref.name)
         if owner_kinds(pod) & _TRAINING_OWNERS
         and pod_gpus(pod) > 0
         and pod.annotations.get(DO_NOT_DISRUPT) != "true"

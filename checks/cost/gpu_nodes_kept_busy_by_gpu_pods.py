@@ -20,7 +20,7 @@ from gpu_audit.api import (
     node_taints,
     passed,
 )
-from gpu_audit.checks.cost._common import cloud_billed, pod_gpus, tenants_by_node
+from gpu_audit.checks.cost._common import cloud_billed, pod_gpus, tenants
 
 
 @check(
@@ -72,12 +72,11 @@ from gpu_audit.checks.cost._common import cloud_billed, pod_gpus, tenants_by_nod
     ),
 )
 def gpu_nodes_kept_busy_by_gpu_pods(snapshot: Snapshot) -> Iterator[Result]:
-    tenants = tenants_by_node(snapshot)
     for node in gpu_hosts(snapshot):
         units = sum(gpu_quantities(node, "allocatable").values(), Decimal(0))
         if not has_resource_status(node) or units <= 0 or not _in_service(node):
             continue  # no live status, device plugin not ready, or leaving: other checks
-        pods = tenants.get(node.ref.name, [])
+        pods = tenants(snapshot, node.ref.name)
         requested = sum((pod_gpus(p) for p in pods), Decimal(0))
         yield _verdict(node, pods, requested, units)
 

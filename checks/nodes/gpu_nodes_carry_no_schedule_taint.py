@@ -21,6 +21,7 @@ from gpu_audit.api import (
     passed,
     pod_is_active,
     pod_requests_gpu,
+    pods_on_node,
     relate,
 )
 
@@ -92,32 +93,28 @@ def gpu_nodes_carry_no_schedule_taint(snapshot: Snapshot) -> Iterator[Result]:
     pools = snapshot.of(NODEPOOL)
     gpu_pools = [p for p in pools if nodepool_gpu_scope(p) == "only"]
     gpu_only_cluster = all(is_gpu_host(n) for n in nodes) and len(gpu_pools) == len(pools)
-    occupants = _cpu_pods_by_node(snapshot)
     for node in nodes:
         if is_gpu_host(node):
-            here = occupants.get(node.ref.name, [])
+            here = _cpu_pods(snapshot, node.ref.name)
             yield _verdict(node, node_taints(node), gpu_only_cluster, _node_command(node), here)
     for pool in gpu_pools:
         taints = nodepool_taints(pool)
         members = [n.ref.name for n in nodes if n.labels.get(_KARPENTER_POOL) == pool.ref.name]
-        here = [p for name in members for p in occupants.get(name, [])]
+        here = [p for name in members for p in _cpu_pods(snapshot, name)]
         yield _verdict(pool, taints, gpu_only_cluster, _nodepool_command(pool, taints), here)
 
 
-def _cpu_pods_by_node(snapshot: Snapshot) -> dict[str, list[Resource]]:
-    """Node name -> the active pods bound to it that request no GPU, without the DaemonSet
-    and static pods every node runs."""
-    found: dict[str, list[Resource]] = {}
-    for pod in snapshot.of("Pod"):
-        node_name = str(pod.spec.get("nodeName") or "")
-        if not node_name or not pod_is_active(pod):
-            continue
-        if "DaemonSet" in owner_kinds(pod) or _MIRROR in pod.annotations:
-            continue
-        if pod_requests_gpu(pod):
-            continue
-        found.setdefault(node_name, []).append(pod)
-    return found
+def _cpu_pods(snapshot: Snapshot, node_name: str) -> list[Resource]:
+    """The active pods bound to the node that request no GPU, without the DaemonSet and
+    static pods every node runs."""
+    return [
+        pod
+        for pod in pods_on_node(snapshot, node_name)
+        if pod_is_active(pod)
+        and "DaemonSet" not in owner_kinds(pod)
+        and _MIRROR not in pod.annotations
+        and not pod_requests_gpu(pod)
+    ]
 
 
 def _verdict(

@@ -17,6 +17,7 @@ from gpu_audit.api import (
     node_taints,
     passed,
     pod_requests_gpu,
+    pods_on_node,
 )
 
 # Vendor conditions that report GPU hardware health (EKS node monitoring agent).
@@ -67,13 +68,11 @@ _UPGRADE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
     ),
 )
 def gpu_nodes_ready_and_hardware_healthy(snapshot: Snapshot) -> Iterator[Result]:
-    busy = _nodes_running_gpu_pods(snapshot) if snapshot.has("Pod") else None
-    waiting = _pending_gpu_pods(snapshot)
     for node in gpu_hosts(snapshot):
         conditions = _conditions(node)
         if "Ready" not in conditions:
             continue  # a manifest, not a live node
-        problems = list(_problems(node, conditions, busy, waiting))
+        problems = list(_problems(snapshot, node, conditions))
         if not problems:
             yield passed(node, _healthy_message(node, conditions), path="status.conditions")
         for message, severity, path in problems:
@@ -85,10 +84,7 @@ def _conditions(node: Resource) -> dict[str, Mapping[str, Any]]:
 
 
 def _problems(
-    node: Resource,
-    conditions: Mapping[str, Mapping[str, Any]],
-    busy: frozenset[str] | None,
-    waiting: list[str],
+    snapshot: Snapshot, node: Resource, conditions: Mapping[str, Mapping[str, Any]]
 ) -> Iterator[tuple[str, Severity | None, str]]:
     ready = conditions["Ready"]
     if ready.get("status") != "True" and not is_joining(node):
@@ -100,7 +96,13 @@ def _problems(
             detail = f"{cond.get('reason', '')} {cond.get('message', '')}".strip()
             yield f"{name}=False: {detail or 'GPU hardware unhealthy'}", None, "status.conditions"
     cordoned = node.spec.get("unschedulable") is True
-    if cordoned and busy is not None and node.ref.name not in busy and not _in_maintenance(node):
+    if (
+        cordoned
+        and snapshot.has("Pod")
+        and not _runs_gpu_pods(snapshot, node)
+        and not _in_maintenance(node)
+    ):
+        waiting = snapshot.derived("nodes.pending_gpu_pods", _pending_gpu_pods)
         if waiting:
             shown = ", ".join(waiting[:3]) + (
                 f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
@@ -146,12 +148,9 @@ def _pending_gpu_pods(snapshot: Snapshot) -> list[str]:
     ]
 
 
-def _nodes_running_gpu_pods(snapshot: Snapshot) -> frozenset[str]:
-    names: set[str] = set()
-    for pod in snapshot.of("Pod"):
-        if pod.status.get("phase") in ("Succeeded", "Failed"):
-            continue
-        node_name = str(pod.spec.get("nodeName") or "")
-        if node_name and pod_requests_gpu(pod):
-            names.add(node_name)
-    return frozenset(names)
+def _runs_gpu_pods(snapshot: Snapshot, node: Resource) -> bool:
+    """Whether a pod bound to the node, neither Succeeded nor Failed, requests GPUs."""
+    return any(
+        pod.status.get("phase") not in ("Succeeded", "Failed") and pod_requests_gpu(pod)
+        for pod in pods_on_node(snapshot, node.ref.name)
+    )

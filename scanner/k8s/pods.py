@@ -355,6 +355,22 @@ def pod_requests_gpu(pod: Resource) -> bool:
     return bool(templates) and templates[0].requests_gpu
 
 
+def pods_on_node(snapshot: Snapshot, node_name: str) -> tuple[Resource, ...]:
+    """The Pods bound to the node (spec.nodeName), whatever their phase, in snapshot order.
+    Checks that judge the GPU nodes by their pods read them here instead of each walking
+    every pod of the cluster (most of which run on other nodes)."""
+    return snapshot.derived("pods.on_node", _pods_by_node).get(node_name, ())
+
+
+def _pods_by_node(snapshot: Snapshot) -> dict[str, tuple[Resource, ...]]:
+    found: dict[str, list[Resource]] = {}
+    for pod in snapshot.of("Pod"):
+        node_name = pod.spec.get("nodeName")
+        if node_name:
+            found.setdefault(str(node_name), []).append(pod)
+    return {name: tuple(pods) for name, pods in found.items()}
+
+
 def _own_templates(resource: Resource) -> tuple[PodTemplate, ...]:
     kind = resource.ref.kind
     spec = resource.spec

@@ -132,6 +132,15 @@ def argv(container: Container) -> list[str]:
 
 def classify(container: Container) -> ServerClass | None:
     """The model server `container` runs, or None for anything else (sidecars, training)."""
+    known = container.server_class_cache
+    if known is None:
+        known = (_classify(container),)
+        object.__setattr__(container, "server_class_cache", known)
+    server: ServerClass | None = known[0]
+    return server
+
+
+def _classify(container: Container) -> ServerClass | None:
     if _ray_job_submitter(container):
         return None
     image = container.image

@@ -243,6 +243,12 @@ class Container:
     raw: Mapping[str, Any]
     path: str
     init: bool
+    # The model server it runs, kept by gpu_audit.k8s.model_servers.classify (which this
+    # module cannot import): the serving checks ask it of every container. In a 1-tuple, as
+    # the answer may be None.
+    server_class_cache: tuple[Any] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def name(self) -> str:

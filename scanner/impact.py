@@ -47,6 +47,7 @@ import yaml
 from gpu_audit.errors import InputError
 from gpu_audit.k8s.gpu_hosts import gpu_nodes, gpu_quantities
 from gpu_audit.k8s.gpu_resources import AMD_GPU, NVIDIA_GPU, NVIDIA_MIG_PREFIX, is_gpu_resource
+from gpu_audit.k8s.node_shapes import gpu_nodes_admitting
 from gpu_audit.k8s.objects import as_mapping, str_map, template_spec
 from gpu_audit.k8s.pods import (
     WORKLOAD_TYPES,
@@ -57,7 +58,7 @@ from gpu_audit.k8s.pods import (
     top_owner,
 )
 from gpu_audit.k8s.quantities import QuantityError, parse_quantity
-from gpu_audit.k8s.scheduling import daemonset_schedules_on, schedules_on, schedules_on_key
+from gpu_audit.k8s.scheduling import daemonset_schedules_on, schedules_on_key
 from gpu_audit.k8s.selectors import map_selector_matches, select
 from gpu_audit.k8s.training_jobs import (
     count_field,
@@ -230,11 +231,11 @@ def _gpu_nodes(snapshot: Snapshot) -> tuple[Resource, ...]:
     return snapshot.derived("impact_gpu_nodes", gpu_nodes)
 
 
-def _advertisers(snapshot: Snapshot, resource: str) -> tuple[Resource, ...]:
-    """The GPU nodes that advertise `resource`, in _gpu_nodes order, once per resource."""
+def _advertisers(snapshot: Snapshot, resource: str) -> frozenset[int]:
+    """The ids of the GPU nodes that advertise `resource`, once per resource."""
     return snapshot.derived(
         ("impact_advertisers", resource),
-        lambda s: tuple(n for n in _gpu_nodes(s) if _advertises(n, resource)),
+        lambda s: frozenset(id(n) for n in _gpu_nodes(s) if _advertises(n, resource)),
     )
 
 
@@ -244,13 +245,14 @@ def _best_unit(
     """The largest GPU fraction one unit of `resource` is (then the first product by name)
     among the GPU nodes that advertise it and that a pod of the template may run on
     (selectors, affinity, taints; not free capacity); None when there is none. Templates
-    alike in placement share one pass over the nodes."""
+    alike in placement share one pass, over the node shapes (gpu_nodes_admitting)."""
 
     def compute(s: Snapshot) -> tuple[Decimal, str] | None:
+        advertisers = _advertisers(s, resource)
         options = [
             (unit_fraction(resource, n.labels), _node_product(s, n))
-            for n in _advertisers(s, resource)
-            if schedules_on(template.spec, n)
+            for n in gpu_nodes_admitting(s, template.spec)
+            if id(n) in advertisers
         ]
         return min(options, key=lambda o: (-o[0], o[1]), default=None)
 

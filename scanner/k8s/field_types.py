@@ -13,7 +13,7 @@ everywhere: the API server decodes it as the field's zero value.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from gpu_audit.k8s.pods import templates_of
@@ -26,6 +26,18 @@ Schema: TypeAlias = "str | _Object | _ListOf | _MapOf"
 @dataclass(frozen=True, slots=True)
 class _Object:
     fields: Mapping[str, Schema]
+    # (name, schema, (what a scalar is called, whether a value is one) or None): the fields in
+    # order, a scalar's test found once (most fields are scalars; _check reads them inline).
+    checks: tuple[tuple[str, Schema, tuple[str, Callable[[object], bool]] | None], ...] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        checks = tuple(
+            (name, schema, _SCALARS[schema] if isinstance(schema, str) else None)
+            for name, schema in self.fields.items()
+        )
+        object.__setattr__(self, "checks", checks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,9 +175,14 @@ def _check(value: Any, schema: Schema, path: _Path, out: list[str]) -> None:
     elif isinstance(schema, _MapOf):
         _check_items(value.items(), schema.value, path, out)
     else:
-        for name, field in schema.fields.items():
-            if name in value:
-                _check(value[name], field, (path, name), out)
+        for name, field_schema, scalar in schema.checks:
+            item = value.get(name)
+            if item is None:
+                continue
+            if scalar is None:
+                _check(item, field_schema, (path, name), out)
+            elif not scalar[1](item):
+                out.append(f"{_text((path, name))}: expected {scalar[0]}, got {_json_type(item)}")
 
 
 def _check_items(

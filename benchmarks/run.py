@@ -55,6 +55,7 @@ GOALS = {  # issue 18
     "per_object_cost_growth": 1.2,
     "yaml_vs_json_scan": 2.0,
     "live_time_vs_raw_list": 1.5,
+    "live_rss_vs_raw_list": 2.0,
     "checkov_vs_gpu_audit": 10.0,
 }
 
@@ -592,12 +593,11 @@ def _goals(results: dict[str, Any]) -> list[tuple[str, float, float, bool]]:
     )
     lv = results.get("live") or {}
     if "time_ratio_vs_raw_list" in lv:
-        goals.append(
-            (
-                "live time / raw list time",
-                lv["time_ratio_vs_raw_list"],
-                GOALS["live_time_vs_raw_list"],
-                True,
+        goals.extend(
+            (name, lv[measured], GOALS[goal], True)
+            for name, measured, goal in (
+                ("live time / raw list time", "time_ratio_vs_raw_list", "live_time_vs_raw_list"),
+                ("live peak RSS / raw list's", "rss_ratio_vs_raw_list", "live_rss_vs_raw_list"),
             )
         )
     ck = results.get("checkov") or {}

@@ -42,7 +42,7 @@ pytest: install
 ## Time and memory vs json.loads at 10k/50k/150k pods and, at 150k, swept over the share of
 ## Pending pods, node shapes and namespaces (and YAML at 50k), a live scan of 20,000 pods vs a
 ## raw list, and Checkov (installed into ~/.cache/gpu-audit/checkov-venv) on the same manifests;
-## prints the figures and writes bench-results.json. Low priority: it takes hours.
+## prints the figures and writes bench-results.json. About 20 minutes on a 2-core machine.
 bench: install
 	nice -n 10 $(BIN)/python benchmarks/run.py --output bench-results.json
 

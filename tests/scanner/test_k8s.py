@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from gpu_audit.k8s.gpu_hosts import is_gpu_node
-from gpu_audit.k8s.pods import pod_templates
+from gpu_audit.k8s.pods import pod_templates, pods_on_node
 from gpu_audit.k8s.quantities import (
     QuantityError,
     parse_quantity,
@@ -265,3 +265,22 @@ def test_pod_templates_of_cronjobs_and_training_jobs() -> None:
     container = next(iter(pod_templates(Snapshot([cron])))).containers()[0]
     assert container.gpu_resource_names() == ("nvidia.com/gpu",)
     assert container.gpu_quantity("nvidia.com/gpu") == 1
+
+
+def test_pods_on_node_are_the_pods_bound_to_it_in_snapshot_order() -> None:
+    """Whatever their phase (each check filters its own), not the unbound ones; a nodeName
+    that is not a string (a field the loader warns about) binds by its text, as
+    diagnostics.fit.node_name_of reads it."""
+    pods = [
+        res("Pod", "a", "ml", spec={"nodeName": "gpu-1"}, status={"phase": "Running"}),
+        res("Pod", "b", "ml", spec={}, status={"phase": "Pending"}),
+        res("Pod", "c", "ml", spec={"nodeName": "gpu-2"}, status={"phase": "Running"}),
+        res("Pod", "d", "ml", spec={"nodeName": "gpu-1"}, status={"phase": "Succeeded"}),
+        res("Pod", "e", "ml", spec={"nodeName": 7}, status={"phase": "Running"}),
+        res("Pod", "f", "ml", spec={"nodeName": ""}, status={"phase": "Pending"}),
+    ]
+    snapshot = Snapshot([res("Node", "gpu-1"), *pods])
+    assert [p.ref.name for p in pods_on_node(snapshot, "gpu-1")] == ["a", "d"]
+    assert [p.ref.name for p in pods_on_node(snapshot, "gpu-2")] == ["c"]
+    assert [p.ref.name for p in pods_on_node(snapshot, "7")] == ["e"]
+    assert pods_on_node(snapshot, "") == () and pods_on_node(snapshot, "cpu-1") == ()

@@ -347,10 +347,22 @@ def test_snapshot_object_drops_the_annotations_no_check_reads_at_any_depth() -> 
 
 def test_redact_tree_redacts_every_string_of_a_document() -> None:
     tree = {"pods": [{"message": "pull from https://u:pw@r.example.com", "count": 3}], "n": None}
-    assert redact_tree(tree) == {
+    expected = {
         "pods": [{"message": f"pull from https://{R}@r.example.com", "count": 3}],
         "n": None,
     }
+    assert redact_tree(tree) == expected
+    # Texts are remembered across calls (the why-pending section repeats them per pod): the
+    # second document gets the redacted text too, in a key, a list and a tuple alike.
+    again = {
+        "pull from https://u:pw@r.example.com": ("pull from https://u:pw@r.example.com", 1.5),
+        "k": [["pull from https://u:pw@r.example.com"], True],
+    }
+    assert redact_tree(again) == {
+        f"pull from https://{R}@r.example.com": [f"pull from https://{R}@r.example.com", 1.5],
+        "k": [[f"pull from https://{R}@r.example.com"], True],
+    }
+    assert redact_tree(tree) == expected
 
 
 _FRAGMENTS = st.sampled_from(

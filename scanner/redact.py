@@ -55,6 +55,8 @@ import string
 from collections.abc import Iterator, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any
 
+from gpu_audit.bounded import remember
+
 if TYPE_CHECKING:
     from gpu_audit.sharing import SharedParts
 
@@ -617,9 +619,7 @@ def _text(text: str, done: dict[str, str]) -> str:
     if redacted is None:
         redacted = redact_text(text)
         if len(text) <= _CLEAN_LENGTH:
-            if len(done) >= _TREE_TEXTS_SIZE:
-                done.clear()
-            done[text] = redacted
+            remember(done, text, redacted, _TREE_TEXTS_SIZE)
     return redacted
 
 

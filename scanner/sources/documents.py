@@ -37,6 +37,7 @@ from yaml.events import (
 from yaml.nodes import ScalarNode
 from yaml.resolver import Resolver
 
+from gpu_audit.bounded import remember
 from gpu_audit.errors import InputError
 
 MIB = 1024 * 1024
@@ -761,9 +762,7 @@ def _scalar(event: Any) -> Any:
             return value
         result = _plain(value)
         if len(value) <= _PLAIN_LENGTH:
-            if len(_PLAIN) >= _PLAIN_SIZE:
-                _PLAIN.clear()
-            _PLAIN[value] = result
+            remember(_PLAIN, value, result, _PLAIN_SIZE)
         return result
     if tag == "!" or tag == STR:
         return value

@@ -1,6 +1,7 @@
 import re
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from gpu_audit.api import (
     WORKLOAD_TYPES,
@@ -110,7 +111,7 @@ _CUDA_PIN = re.compile(r"(?<![a-z0-9])(cuda[-_]?\d{2}\.\d+|cu\d{3,4})(?![0-9])")
     ),
 )
 def gpu_images_pinned_to_a_version(snapshot: Snapshot) -> Iterator[Result]:
-    judged: list[Result | Container] = []  # a Container: judged once the digests are known
+    judged: list[Result | _Floating] = []
     drifting: set[str] = set()
     for template in pod_templates(snapshot):
         for container in template.containers():
@@ -118,19 +119,29 @@ def gpu_images_pinned_to_a_version(snapshot: Snapshot) -> Iterator[Result]:
             if not image or is_gpu_stack_image(image) or _PLACEHOLDER.search(image):
                 continue
             if container.gpu_resource_names() or is_cuda_image(image):
-                result = _judge(container)
-                if result is None:
+                verdict = _judge(container)
+                if isinstance(verdict, _Floating):
                     drifting.add(image)
-                judged.append(container if result is None else result)
+                judged.append(verdict)
     # Only the references that float are looked up in the pods' statuses: most clusters
     # have few, and a pass over every pod for all of them cost a second at 150,000 pods.
     digests = _running_digests(snapshot, drifting) if drifting else {}
-    for item in judged:
-        if isinstance(item, Container):
-            key = (item.template.owner.ref, item.name, item.image)
-            yield _floating_tag(item, digests.get(key, set()))
+    for verdict in judged:
+        if isinstance(verdict, _Floating):
+            container = verdict.container
+            key = (container.template.owner.ref, container.name, container.image)
+            yield _floating_tag(verdict, digests.get(key, set()))
         else:
-            yield item
+            yield verdict
+
+
+class _Floating(NamedTuple):
+    """A container on a floating tag, judged once the digests its workload's pods run are
+    known (_floating_tag)."""
+
+    container: Container
+    repository: str
+    what: str  # "no tag", "the floating tag 'nightly'"
 
 
 def _running_digests(
@@ -161,9 +172,9 @@ def _running_digests(
     return found
 
 
-def _judge(container: Container) -> Result | None:
-    """The result for a container; None for a floating tag whose severity depends on the
-    digests its workload's pods run (_floating_tag)."""
+def _judge(container: Container) -> Result | _Floating:
+    """The result for a container, or its floating tag, whose severity depends on the digests
+    its workload's pods run."""
     image = container.image
     path = f"{container.path}.image"
     if "@sha256:" in image:
@@ -197,15 +208,13 @@ def _judge(container: Container) -> Result | None:
             "the CUDA runtime cannot drift under the node's driver",
             path=path,
         )
-    return None
+    return _Floating(container, repository, what)
 
 
-def _floating_tag(container: Container, digests: set[str]) -> Result:
-    image = container.image
+def _floating_tag(floating: _Floating, digests: set[str]) -> Result:
+    container, repository, what = floating
     path = f"{container.path}.image"
-    tag = image_tag(image) or None
-    repository = image_repository(image)
-    what = "no tag" if tag is None else f"the floating tag {tag!r}"
+    fix = _fix(container, repository)
     if len(digests) > 1:
         return failed(
             container,
@@ -213,7 +222,7 @@ def _floating_tag(container: Container, digests: set[str]) -> Result:
             "builds of it: replicas differ in CUDA runtime and framework version",
             path=path,
             severity=Severity.MEDIUM,
-            fix=_fix(container, repository),
+            fix=fix,
         )
     return failed(
         container,
@@ -221,7 +230,7 @@ def _floating_tag(container: Container, digests: set[str]) -> Result:
         "(nothing in the input shows that it has drifted yet)",
         path=path,
         severity=Severity.LOW,
-        fix=_fix(container, repository),
+        fix=fix,
     )
 
 

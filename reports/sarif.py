@@ -38,7 +38,6 @@ LEVELS = {"critical": "error", "high": "error", "medium": "warning", "low": "not
 SECURITY_SEVERITY = {"critical": "9.5", "high": "8.0", "medium": "5.5", "low": "2.0"}
 # An exemption annotation sits on the object itself, in the manifest: SARIF's "inSource".
 SUPPRESSION_KINDS = {"annotation": "inSource", "file": "external"}
-STDIN = "<stdin>"
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~])")
 
 
@@ -97,6 +96,11 @@ def _artifact_uri(file: str) -> str:
     return path.as_uri() if path.is_absolute() else quote(path.as_posix(), safe="/")
 
 
+def _read_from_a_file(name: str) -> bool:
+    """What was read from no file is named in angle brackets: <stdin>, <helm template CHART>."""
+    return not (name.startswith("<") and name.endswith(">"))
+
+
 def _qualified_name(resource: Mapping[str, Any]) -> str:
     ns = resource["namespace"]
     return (
@@ -120,7 +124,7 @@ def _location(finding: Mapping[str, Any]) -> dict[str, Any]:
     }
     location: dict[str, Any] = {"logicalLocations": [logical]}
     source = resource["source"]
-    if source is not None and source["file"] != STDIN:
+    if source is not None and _read_from_a_file(source["file"]):
         location["physicalLocation"] = {
             "artifactLocation": {"uri": _artifact_uri(source["file"])},
             "properties": {"document": source["document"]},

@@ -8,6 +8,7 @@ raised). Every non-zero exit is explained on stderr in one line, whatever -q say
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import io
 import json
@@ -688,7 +689,11 @@ def scan(
         if "-" in from_files:
             _fail(["--helm-chart reads the chart's templates as stdin: drop --from-file -"])
         from_files, rendered = (*from_files, "-"), _helm_template(helm_chart)
-    inputs = _inputs(from_files, live, rendered if helm_chart else None)
+        inputs = dataclasses.replace(
+            _inputs(from_files, live, rendered), stdin_name=f"<helm template {helm_chart}>"
+        )
+    else:
+        inputs = _inputs(from_files, live)
     options = ScanOptions(
         inputs=inputs,
         only=tuple(_split(only)),

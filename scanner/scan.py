@@ -43,7 +43,7 @@ from gpu_audit.report import (
     timestamp_from_epoch,
 )
 from gpu_audit.snapshot import Snapshot
-from gpu_audit.sources.files import load_files
+from gpu_audit.sources.files import STDIN_NAME, load_files
 from gpu_audit.sources.live import (
     ConfigError,
     Connection,
@@ -77,6 +77,7 @@ class Inputs:
 
     files: tuple[str, ...] = ()
     stdin: IO[str] | None = None  # for "-"; None: sys.stdin
+    stdin_name: str = STDIN_NAME  # what messages and the report call it
     connection: Connection = field(default_factory=Connection)
     listing: ListOptions = field(default_factory=ListOptions)
     progress: Progress | None = None
@@ -225,7 +226,7 @@ def load_snapshot(inputs: Inputs, types: Iterable[str]) -> Snapshot:
     types). Raises InputError (files) or LiveError (the cluster cannot be read at all)."""
     with _gc_paused():
         if inputs.files:
-            return load_files(inputs.files, inputs.stdin)
+            return load_files(inputs.files, inputs.stdin, stdin_name=inputs.stdin_name)
         return collect(types, inputs.connection, inputs.listing, inputs.progress)
 
 

@@ -295,6 +295,24 @@ def test_helm_chart_scans_what_helm_template_renders() -> None:
     assert report["source"]["objects"] == len(objects)
     counted = {t.split(".", 1)[0]: n for t, n in report["source"]["types"].items()}
     assert counted == kinds
+    assert report["source"]["inputs"] == [f"<helm template {CHART}>"]
+
+
+def test_a_problem_in_what_helm_renders_names_the_chart(tmp_path: Path) -> None:
+    # A stand-in for helm that renders a Deployment with a duplicate key, as a template that
+    # repeats a field does; the real helm renders the bundled chart without any problem.
+    fake = tmp_path / "helm"
+    fake.write_text(
+        "#!/bin/sh\n"
+        "printf 'apiVersion: apps/v1\\nkind: Deployment\\n"
+        "metadata: {name: llm, name: llm2}\\n'\n"
+    )
+    fake.chmod(0o755)
+    result = run("scan", "--helm-chart", "charts/llm", env={"PATH": str(tmp_path)})
+    assert result.exit_code == 2
+    line = one_error_line(result)
+    assert line.startswith("gpu-audit: error: <helm template charts/llm>: document 1: "), line
+    assert "duplicate key 'name'" in line
 
 
 # --------------------------------------------------------------------------- diff

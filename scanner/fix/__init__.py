@@ -51,7 +51,7 @@ from gpu_audit.postscan.exemptions import apply_exemptions
 from gpu_audit.registry import load_checks, select_checks
 from gpu_audit.reports.terminal import printable
 from gpu_audit.snapshot import Snapshot
-from gpu_audit.sources.files import STDIN, expand_paths, load_files
+from gpu_audit.sources.files import STDIN, STDIN_NAME, expand_paths, load_files
 
 __all__ = ["FindingFix", "FixOptions", "FixResult", "Status", "render_notes", "run_fix"]
 
@@ -217,7 +217,7 @@ def _not_editable(resource: Resource, texts: Mapping[str, str]) -> tuple[str, bo
     built = _kustomize_build(resource)
     if built:
         return f"{built}: add this patch to its kustomization's `patches:`", True
-    if path == "<stdin>":
+    if path == STDIN_NAME:
         return "read from stdin (Helm or Kustomize output): change its source instead", True
     if path not in texts:
         return f"{path}: cannot be matched to an input file", False

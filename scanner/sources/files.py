@@ -39,6 +39,8 @@ from gpu_audit.sources.snapshot_file import is_snapshot_document
 SUFFIXES = (".yaml", ".yml", ".json")
 DEFAULT_LIMITS = Limits()
 STDIN = "-"
+# How messages and reports name what was read from stdin: in angle brackets, as no file is.
+STDIN_NAME = "<stdin>"
 
 
 @dataclass
@@ -216,10 +218,12 @@ def _add_snapshot_extras(out: _Collected, obj: dict[str, Any], where: str) -> No
 
 
 @contextlib.contextmanager
-def _source(name: str, stdin: IO[str] | None, budget: int, limits: Limits) -> Iterator[Source]:
-    """A file or stdin as a Source: one over budget is refused before it is read, when its
-    size is known, and else as soon as the budget is passed."""
-    display = _display(name)
+def _source(
+    name: str, stdin: IO[str] | None, stdin_name: str, budget: int, limits: Limits
+) -> Iterator[Source]:
+    """A file or stdin (shown as `stdin_name`) as a Source: one over budget is refused before
+    it is read, when its size is known, and else as soon as the budget is passed."""
+    display = stdin_name if name == STDIN else _display(name)
     too_big = (
         f"{display}: larger than {_mib(limits.file_bytes)} (the input size limit)"
         if budget >= limits.file_bytes
@@ -227,7 +231,7 @@ def _source(name: str, stdin: IO[str] | None, budget: int, limits: Limits) -> It
         f"{_mib(limits.total_bytes)} (the total input size limit)"
     )
     if name == STDIN:
-        yield Source(display, _stdin_bytes(stdin, budget, too_big), budget, too_big)
+        yield Source(display, _stdin_bytes(stdin, display, budget, too_big), budget, too_big)
         return
     try:
         handle = Path(name).open("rb")  # noqa: SIM115 - closed below, after the reading
@@ -239,7 +243,7 @@ def _source(name: str, stdin: IO[str] | None, budget: int, limits: Limits) -> It
         yield Source(display, handle, budget, too_big)
 
 
-def _stdin_bytes(stdin: IO[str] | None, budget: int, too_big: str) -> IO[bytes]:
+def _stdin_bytes(stdin: IO[str] | None, display: str, budget: int, too_big: str) -> IO[bytes]:
     stream = stdin if stdin is not None else sys.stdin
     buffer = getattr(stream, "buffer", None)
     if buffer is not None:
@@ -251,7 +255,7 @@ def _stdin_bytes(stdin: IO[str] | None, budget: int, too_big: str) -> IO[bytes]:
     try:
         return io.BytesIO(text.encode("utf-8", "surrogateescape"))
     except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 text holds one
-        raise InputError([f"<stdin>: not UTF-8 text (character {exc.start})"]) from None
+        raise InputError([f"{display}: not UTF-8 text (character {exc.start})"]) from None
 
 
 def _display(name: str) -> str:
@@ -259,7 +263,7 @@ def _display(name: str) -> str:
     not UTF-8 as lone surrogates, which no UTF-8 report can hold: they are shown as
     backslash escapes (`bad\\xff.yaml`)."""
     if name == STDIN:
-        return "<stdin>"
+        return STDIN_NAME
     if name.isascii():
         return name
     try:
@@ -279,16 +283,21 @@ def _capped(messages: list[str], limit: int, noun: str = "problems") -> list[str
 
 
 def load_files(
-    paths: Sequence[str], stdin: IO[str] | None = None, limits: Limits = DEFAULT_LIMITS
+    paths: Sequence[str],
+    stdin: IO[str] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    stdin_name: str = STDIN_NAME,
 ) -> Snapshot:
-    """Read every path into one snapshot. Raises InputError listing every problem found."""
+    """Read every path into one snapshot; "-" reads `stdin` (default: sys.stdin), which
+    messages and the report call `stdin_name`. Raises InputError listing every problem
+    found."""
     files, problems, warnings = expand_paths(paths)
     out = _Collected(problems=problems, warnings=warnings, limits=limits)
     tally = Tally()
     for name in files:
         budget = min(limits.file_bytes, limits.total_bytes - tally.bytes)
         try:
-            with _source(name, stdin, budget, limits) as source:
+            with _source(name, stdin, stdin_name, budget, limits) as source:
                 try:
                     for doc, document in _documents(source, limits, tally):
                         _add_object(out, document, source.name, doc, None)
@@ -301,7 +310,7 @@ def load_files(
             break
     if out.problems:
         raise InputError(_capped(out.problems, limits.problems))
-    inputs = tuple(_display(p) for p in paths)
+    inputs = tuple(stdin_name if p == STDIN else _display(p) for p in paths)
     present = {ref.kind for ref in out.resources}
     return Snapshot(
         out.resources.values(),

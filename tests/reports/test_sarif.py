@@ -195,10 +195,18 @@ def test_objects_without_a_file_have_only_a_logical_location(
     document = copy.deepcopy(sample[0])
     document["findings"][0]["resource"]["source"] = None  # read from a live cluster
     document["findings"][1]["resource"]["source"] = {"file": "<stdin>", "document": 3}
+    document["findings"][2]["resource"]["source"] = {
+        "file": "<helm template charts/llm>",  # scan --helm-chart charts/llm
+        "document": 1,
+    }
+    document["findings"][3]["resource"]["source"] = {"file": "ml/<odd>.yaml", "document": 1}
     log = build_sarif(document)
     assert schema_errors(validator, log) == []
-    for result in log["runs"][0]["results"][:2]:
+    results = log["runs"][0]["results"]
+    for result in results[:3]:
         assert result["locations"][0].keys() == {"logicalLocations"}
+    physical = results[3]["locations"][0]["physicalLocation"]
+    assert physical["artifactLocation"]["uri"] == "ml/%3Codd%3E.yaml"
 
 
 def test_cluster_text_cannot_inject_markdown(

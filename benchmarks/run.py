@@ -10,7 +10,9 @@ child). In one run:
   the time and peak RSS of only `json.loads` of the same objects as JSON (the floor, measured
   right before the scan: on a shared machine only such ratios compare), and the scan's stages
   (benchmarks/phases.py: load, index, checks, diagnostics, render, each with the peak RSS
-  reached, and a cProfile of the largest run);
+  reached, and a cProfile of the largest run), and what its parts cost at least
+  (benchmarks/floors.py: msgspec's parse, a bare visit of every value, the redaction alone,
+  PyYAML's bare events for the YAML);
 * live (--live-pods): the test control plane of tests/live loaded with a synthetic cluster,
   `gpu-audit scan` against a raw paginated list of the same kinds, and against `kubectl get`;
 * Checkov (--checkov-pods): `checkov --framework kubernetes` against `gpu-audit scan` on the
@@ -210,7 +212,19 @@ def offline_case(work: Path, case: Case, seed: int) -> dict[str, Any]:
         json_scan = measure([GPU_AUDIT, "scan", "--from-file", str(as_json), "-o", "json"])
         row["json_scan"] = asdict(json_scan)
         row["time_ratio_vs_json_scan"] = _ratio(scan.seconds, json_scan.seconds)
+        row["floors"] = floors(as_json, dump)
+        # PyYAML's events alone, against the whole JSON scan: the least a YAML reader adds.
+        row["yaml_events_vs_json_scan"] = _ratio(row["floors"]["yaml_events"], json_scan.seconds)
     return row
+
+
+def floors(dump: Path, yaml_dump: Path | None = None) -> dict[str, Any]:
+    """benchmarks/floors.py on the dump (and its YAML twin), in its own process."""
+    cmd = [PYTHON, str(HERE / "floors.py"), str(dump), *((str(yaml_dump),) if yaml_dump else ())]
+    found: dict[str, Any] = json.loads(
+        subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    )
+    return found
 
 
 def offline(
@@ -219,8 +233,10 @@ def offline(
     rows = [offline_case(work, case, seed) for case in cases]
     largest = next(c for c in cases if c.pods == max(scales) and not c.yaml_format)
     profile = work / "phases.prof"
-    _, phases = _stages(generate(work, largest.pods, seed, largest.shape)[0], profile)
+    largest_dump = generate(work, largest.pods, seed, largest.shape)[0]
+    _, phases = _stages(largest_dump, profile)
     phases["profile_top"] = _profile_top(profile, profile_top)
+    phases["floors"] = floors(largest_dump)
     growth = [r for r in rows if r["pods"] and r["case"].endswith("base shape")]
     first, last = growth[0], growth[-1]
     phases["pods"] = last["pods"]
@@ -518,6 +534,13 @@ def summary(results: dict[str, Any]) -> list[str]:
         f"slowest checks {phases['slowest_checks']}"
     )
     lines.append(f"  per-object cost, largest vs smallest scale: x{off['per_object_cost_growth']}")
+    lines.extend(_floor_lines(phases))
+    lines.extend(
+        f"  YAML: PyYAML's events alone {row['floors']['yaml_events']} s, "
+        f"x{row['yaml_events_vs_json_scan']} the whole JSON scan of the same objects"
+        for row in off["cases"]
+        if "yaml_events_vs_json_scan" in row
+    )
     lines.append("  profile (cumulative s) of the largest scan:")
     lines.extend(
         f"    {p['cumulative_seconds']:>8}  {p['calls']:>9}  {p['function']}"
@@ -560,6 +583,23 @@ def summary(results: dict[str, Any]) -> list[str]:
             f"  {name}: {measured} / {'<=' if better_low else '>='} {goal}: {'met' if met else 'NOT met'}"
         )
     return lines
+
+
+def _floor_lines(phases: dict[str, Any]) -> list[str]:
+    """What the stages of the largest scan cost at least (benchmarks/floors.py), against
+    json.loads: its parse and redaction as fast as Python does them, and its stages after the
+    load as they are."""
+    found = phases["floors"]
+    loads = found["json_loads"]
+    after_load = round(sum(phases["seconds"][s] for s in STAGES if s != "load"), 2)
+    least = round(found["msgspec_decode"] + found["redaction"] + after_load, 2)
+    return [
+        f"  floors at the largest scale (s): json.loads {loads}, msgspec decode "
+        f"{found['msgspec_decode']}, a bare visit of its {found['values']} values "
+        f"{found['visit_every_value']}, redaction alone {found['redaction']}; after the load "
+        f"{after_load}; decode + redaction + after the load {least} = x{_ratio(least, loads)} "
+        "json.loads"
+    ]
 
 
 def _goals(results: dict[str, Any]) -> list[tuple[str, float, float, bool]]:

@@ -62,10 +62,20 @@ def test_smoke_run_writes_every_offline_figure(tmp_path: Path) -> None:
     yaml_row = cases["200 pods, YAML"]
     assert (yaml_row["objects"], yaml_row["findings"]) == (small["objects"], small["findings"])
     assert yaml_row["time_ratio_vs_json_scan"] > 0
+    # The floors of the same objects: the YAML's events outnumber the JSON's values.
+    yaml_floors = yaml_row["floors"]
+    assert yaml_floors["events"] > yaml_floors["values"] > 0
+    assert all(
+        yaml_floors[stage] > 0
+        for stage in ("json_loads", "msgspec_decode", "visit_every_value", "redaction")
+    )
+    assert yaml_row["yaml_events_vs_json_scan"] > 0
     assert results["offline"]["per_object_cost_growth"] > 0
     phases = results["offline"]["phases"]
     assert 0 < phases["check_engine_share"] < 1
     assert phases["profile_top"]
+    assert phases["floors"]["values"] > yaml_floors["values"]  # 400 pods, not 200
+    assert "yaml_events" not in phases["floors"]
     assert "live" not in results and "checkov" not in results
 
 

@@ -34,9 +34,18 @@ _DEFAULT_SCHEDULER = "default-scheduler"
 _GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
 _GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 _POD_GROUPS = ("PodGroup.scheduling.volcano.sh", "PodGroup.scheduling.x-k8s.io")
+_SPARK_APPLICATION = "SparkApplication.sparkoperator.k8s.io"
 # Owners whose pods are workers of one job: some Running and some Pending is partial placement.
+# A SparkApplication's driver waits for its executors while it holds what it requested
+# (the spark-operator's Volcano integration gang-schedules the two for that reason).
 _GANG_KINDS = frozenset(
-    {"PyTorchJob.kubeflow.org", "MPIJob.kubeflow.org", "Job.batch.volcano.sh", "Job"}
+    {
+        "PyTorchJob.kubeflow.org",
+        "MPIJob.kubeflow.org",
+        "Job.batch.volcano.sh",
+        "Job",
+        _SPARK_APPLICATION,
+    }
 )
 _MESSAGE_CHARS = 300
 # Scheduler message fragments that name a shortage of free capacity (the node could hold the
@@ -111,9 +120,10 @@ class _Event:
         High when the input shows the pod will not be placed by waiting: the scheduler names
         only rules the pod fails (taints, selectors, affinity, volumes), no eligible node in
         the input could hold the request even empty, or the cluster-autoscaler refused to scale
-        up; and when workers of the same job already hold GPUs (partial placement), critical
-        when two or more jobs are partially placed at once (they deadlock on each other's
-        GPUs). Low when it only waits for capacity other pods hold and an eligible node could
+        up; and when workers of the same job already hold GPUs (partial placement: a
+        PyTorchJob, MPIJob, Volcano Job or Job, or a SparkApplication whose driver holds a GPU
+        while its executors wait), critical when two or more jobs are partially placed at once
+        (they deadlock on each other's GPUs). Low when it only waits for capacity other pods hold and an eligible node could
         hold it (a queue, not a fault); medium when that cannot be told (no node status, or
         GPUs through DRA, whose devices GPU-SCHED-009 matches against the ResourceSlices).
     """,
@@ -129,6 +139,7 @@ class _Event:
         "https://github.com/NVIDIA/k8s-device-plugin/issues/33",
         "https://github.com/kubernetes/autoscaler/issues/2506",
         "https://github.com/kubeflow/trainer/issues/165",
+        "https://kubeflow.org/docs/components/spark-operator/user-guide/volcano-integration",
         "https://github.com/kubernetes/kubernetes/blob/master/pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go",
     ),
 )
@@ -247,9 +258,14 @@ def _severity(
 ) -> tuple[Severity | None, str]:
     """The severity the evidence supports (None: the declared high), and what it is."""
     if running and owner.ref.kind in _GANG_KINDS:
+        how = (
+            "gang-schedule the driver with its executors: spec.batchScheduler volcano"
+            if owner.ref.kind == _SPARK_APPLICATION
+            else "gang-schedule it, see GPU-DIST-001"
+        )
         held = (
             f"{_pods(running)} of the same job already scheduled and holding GPUs (partial "
-            "placement; gang-schedule it, see GPU-DIST-001)"
+            f"placement; {how})"
         )
         if partial_jobs > 1:
             return Severity.CRITICAL, (

@@ -33,6 +33,7 @@ from gpu_audit.checks.quota._common import (
 )
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PROFILE = "Profile.kubeflow.org"
 
 
 @check(
@@ -59,7 +60,9 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
         `limits.<resource>` or the bare name (no `requests.<resource>` beside it: that key
         caps the resource, and the others are only redundant) is the object to change, also
         in a namespace with no GPU workload yet: the finding is on it,
-        with its namespace and the uncapped workloads as related symptoms. Without any such
+        with its namespace and the uncapped workloads as related symptoms; on the Kubeflow
+        Profile instead when one in the input controls the quota (its controller renders
+        spec.resourceQuotaSpec into the quota and restores it on every reconcile). Without any such
         quota the finding is on the Namespace. DRA ResourceClaims are not counted here.
     """,
     severity_evidence="""
@@ -84,6 +87,7 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
         "https://kubernetes.io/docs/concepts/policy/resource-quotas/#resource-quota-for-extended-resources",
         "https://github.com/kubernetes/kubernetes/blob/master/pkg/quota/v1/evaluator/core/pods.go",
         "https://kueue.sigs.k8s.io/docs/concepts/cluster_queue/",
+        "https://github.com/kubeflow/dashboard/blob/063d0737c04851e73f209416b666b6e790bae5b9/components/profile-controller/controllers/profile_controller.go",
     ),
     admission=AdmissionRule(
         scope="object",
@@ -123,7 +127,7 @@ def gpu_namespaces_have_gpu_request_quota(snapshot: Snapshot) -> Iterator[Result
             ineffective = _ineffective_keys(quotas, resource)
             for quota, key in ineffective:
                 reported.add((quota.ref, key))
-                yield _ineffective(quota, key, resource, target, uncovered)
+                yield _ineffective(snapshot, quota, key, resource, target, uncovered)
             if not ineffective:
                 yield _missing(target, resource, users, uncovered, shared_cluster)
     yield from _idle_ineffective_quotas(snapshot, by_namespace, reported)
@@ -140,24 +144,76 @@ def _names(templates: list[PodTemplate]) -> str:
 
 
 def _ineffective(
-    quota: Resource, key: str, resource: str, namespace: Resource, uncovered: list[PodTemplate]
+    snapshot: Snapshot,
+    quota: Resource,
+    key: str,
+    resource: str,
+    namespace: Resource,
+    uncovered: list[PodTemplate],
 ) -> Result:
-    value = str_map(quota.spec.get("hard"))[key]
-    return failed(
+    return _key_finding(
+        snapshot,
         quota,
+        key,
+        resource,
         f"caps {resource} as {key!r}, which the quota evaluator ignores for extended resources "
         f"(only requests.{resource} is counted{_used_note(quota, key)}), so "
         f"{_count(uncovered)} of namespace {namespace.ref.name} "
         f"{'runs' if len(uncovered) == 1 else 'run'} uncapped: "
         f"{_names(uncovered)}",
-        path=f"spec.hard[{key}]",
-        severity=Severity.HIGH,
-        fix=_key_fix(quota, key, resource, value),
-        related=[
+        Severity.HIGH,
+        [
             relate(namespace, RelatedRole.SYMPTOM),
             *(relate(t, RelatedRole.SYMPTOM) for t in uncovered),
         ],
     )
+
+
+def _key_finding(
+    snapshot: Snapshot,
+    quota: Resource,
+    key: str,
+    resource: str,
+    message: str,
+    severity: Severity,
+    related: list[Any],
+) -> Result:
+    """The finding on the quota's ignored key, or on the Kubeflow Profile that renders the
+    quota: its controller writes the Profile's spec.resourceQuotaSpec over the quota on every
+    reconcile, so only a change to the Profile lasts."""
+    value = str_map(quota.spec.get("hard"))[key]
+    profile = _rendering_profile(snapshot, quota)
+    if profile is None:
+        return failed(
+            quota,
+            message,
+            path=f"spec.hard[{key}]",
+            severity=severity,
+            fix=_key_fix(quota, key, resource, value),
+            related=related,
+        )
+    return failed(
+        profile,
+        f"ResourceQuota {quota.ref.namespace}/{quota.ref.name}, which the profile controller "
+        f"renders from this Profile's spec.resourceQuotaSpec, {message}",
+        path=f"spec.resourceQuotaSpec.hard[{key}]",
+        severity=severity,
+        fix=_key_fix(profile, key, resource, value),
+        related=[relate(quota, RelatedRole.SYMPTOM), *related],
+    )
+
+
+def _rendering_profile(snapshot: Snapshot, quota: Resource) -> Resource | None:
+    """The Kubeflow Profile in the input that controls `quota` (kubeflow/dashboard
+    profile_controller.go: the quota kf-resource-quota, owned by the Profile)."""
+    for ref in map(as_mapping, as_list(quota.metadata.get("ownerReferences"))):
+        if (
+            ref.get("controller") is True
+            and ref.get("kind") == "Profile"
+            and str(ref.get("apiVersion", "")).startswith("kubeflow.org/")
+        ):
+            return snapshot.get(PROFILE, "", str(ref.get("name", "")))
+    return None
 
 
 def _idle_ineffective_quotas(
@@ -171,7 +227,6 @@ def _idle_ineffective_quotas(
         namespace = quota.ref.namespace
         if namespace in SYSTEM_NAMESPACES:
             continue
-        hard = str_map(quota.spec.get("hard"))
         for key, resource in _ignored_keys(quota):
             if (quota.ref, key) in reported:
                 continue
@@ -179,14 +234,16 @@ def _idle_ineffective_quotas(
                 resource in template_gpus(t) for t in by_namespace[namespace]
             ):
                 continue  # its workloads are capped by another quota or by Kueue
-            yield failed(
+            yield _key_finding(
+                snapshot,
                 quota,
+                key,
+                resource,
                 f"caps {resource} as {key!r}, which the quota evaluator ignores for extended "
                 f"resources (only requests.{resource} is counted); no GPU workload of "
                 f"{namespace} requests {resource} today",
-                path=f"spec.hard[{key}]",
-                severity=Severity.LOW,
-                fix=_key_fix(quota, key, resource, hard[key]),
+                Severity.LOW,
+                [],
             )
 
 
@@ -214,20 +271,29 @@ def _used_note(quota: Resource, key: str) -> str:
     return f"; status.used shows {key}: {used[key]}" if used[key] in ("0", "") else ""
 
 
-def _key_fix(quota: Resource, key: str, resource: str, value: str) -> dict[str, str]:
+def _key_fix(holder: Resource, key: str, resource: str, value: str) -> dict[str, str]:
+    """A JSON patch of `holder` (a ResourceQuota, or the Profile that renders one) that moves
+    the value of `key` to requests.<resource>."""
+    profile = holder.ref.kind == PROFILE
+    hard = "/spec/resourceQuotaSpec/hard/" if profile else "/spec/hard/"
+
     def pointer(name: str) -> str:
-        return "/spec/hard/" + name.replace("~", "~0").replace("/", "~1")
+        return hard + name.replace("~", "~0").replace("/", "~1")
 
     ops = [
         {"op": "remove", "path": pointer(key)},
         {"op": "add", "path": pointer(f"requests.{resource}"), "value": value},
     ]
     patch = json.dumps(ops).replace("'", "'\\''")
+    if profile:
+        shown, command = f"Profile {holder.ref.name}", f"kubectl patch profile {holder.ref.name}"
+    else:
+        shown = f"ResourceQuota {holder.ref.namespace}/{holder.ref.name}"
+        command = f"kubectl -n {holder.ref.namespace} patch resourcequota {holder.ref.name}"
     return {
-        "summary": f"ResourceQuota {quota.ref.namespace}/{quota.ref.name}: replace {key} "
-        f"with requests.{resource} (the only form counted for extended resources)",
-        "command": f"kubectl -n {quota.ref.namespace} patch resourcequota {quota.ref.name} "
-        f"--type=json -p '{patch}'",
+        "summary": f"{shown}: replace {key} with requests.{resource} (the only form counted "
+        "for extended resources)",
+        "command": f"{command} --type=json -p '{patch}'",
     }
 
 

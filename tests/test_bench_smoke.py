@@ -74,8 +74,11 @@ def test_smoke_run_writes_every_offline_figure(tmp_path: Path) -> None:
     phases = results["offline"]["phases"]
     assert 0 < phases["check_engine_share"] < 1
     assert phases["profile_top"]
-    assert phases["floors"]["values"] > yaml_floors["values"]  # 400 pods, not 200
-    assert "yaml_events" not in phases["floors"]
+    largest_floors = results["offline"]["floors"]
+    assert largest_floors["values"] > yaml_floors["values"]  # 400 pods, not 200
+    assert "yaml_events" not in largest_floors
+    assert largest_floors["after_load"] > 0
+    assert largest_floors["case_json_loads"] == large["json_loads"]["seconds"]
     assert "live" not in results and "checkov" not in results
 
 

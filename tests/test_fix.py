@@ -196,6 +196,9 @@ NOT_FIXABLE: dict[tuple[str, str, str], str] = {
         "fail-triton-explicit-model-control-internal-lb.yaml",
         "Service inference/triton-llm",
     ): PROSE + " (the public port)",
+    ("GPU-SRV-003", "fail-kuberay-head-service-type.yaml", "RayService ray-serve/sd"): (
+        PROSE + " (the head service type, and how Ray Serve is published instead)"
+    ),
     (
         "GPU-SRV-004",
         "fail-cpu-runtimes-with-gpu.yaml",

@@ -16,6 +16,7 @@ from gpu_audit.api import (
     Category,
     Container,
     FixKind,
+    ObjRef,
     PodTemplate,
     Resource,
     Result,
@@ -34,6 +35,8 @@ from gpu_audit.api import (
     passed,
     pod_templates,
     str_map,
+    templates_of,
+    top_owner,
 )
 
 from ._common import (
@@ -73,6 +76,13 @@ _INTERNAL_LB_ANNOTATIONS = {
     "service.beta.kubernetes.io/azure-load-balancer-internal": "true",
 }
 _OPEN_RANGES = ("0.0.0.0/0", "::/0")
+_RAY_SERVICE = "RayService.ray.io"
+# Where a KubeRay object sets the type of the head Services the operator renders from it.
+_RAY_HEAD_SPEC = {
+    "RayCluster.ray.io": "spec.headGroupSpec",
+    _RAY_SERVICE: "spec.rayClusterConfig.headGroupSpec",
+    "RayJob.ray.io": "spec.rayClusterSpec.headGroupSpec",
+}
 _ONE_STEP_DOWN = {
     Severity.CRITICAL: Severity.HIGH,
     Severity.HIGH: Severity.MEDIUM,
@@ -111,7 +121,9 @@ class _Exposure:
     detection="""
         Services of type LoadBalancer or NodePort, or with externalIPs, that have a selector:
         each port's targetPort (number or name; the port when unset) is resolved against the
-        containers of the pod templates the selector matches in the Service's namespace. A
+        containers of the pod templates the selector matches in the Service's namespace (or,
+        when it matches none, of the Pods it selects, one per owner: operators select by
+        labels they add to the pods, as KubeRay does). A
         container port is attributed to the container that declares it, or, when no container
         declares a numeric port, to a model server that listens on it by default. Containers are
         classified by image and command line (SRV-CLASSIFY); the rule that matched is printed.
@@ -119,7 +131,9 @@ class _Exposure:
         unless Triton runs with --model-control-mode=explicit without --http-restricted-api
         (POLL mode refuses load and unload requests), or vLLM with VLLM_SERVER_DEV_MODE=1;
         ports served by a sidecar such as an auth proxy; selector-less Services (their
-        endpoints are not known offline).
+        endpoints are not known offline). A head Service KubeRay renders is reported on the
+        RayCluster, RayService or RayJob whose headGroupSpec.serviceType gives it its type
+        (the operator reconciles the Service back).
     """,
     severity_evidence="""
         Admin ports critical and metrics ports high when the input shows them reachable from
@@ -131,8 +145,7 @@ class _Exposure:
         externalIPs (reachable from the cluster's networks, not from anyone).
     """,
     remediation="""
-        # $kind $namespace/$name: remove spec.ports[$index] ($server $port_kind port $target)
-        # from the public Service and reach it through an internal Service instead:
+        # $change
         apiVersion: v1
         kind: Service
         metadata:
@@ -157,6 +170,8 @@ class _Exposure:
         "https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/kuberay-auth.html",
         "https://github.com/triton-inference-server/server/blob/main/docs/user_guide/model_management.md",
         "https://kubernetes.io/docs/reference/node/node-status/#addresses",
+        "https://github.com/ray-project/kuberay/blob/master/ray-operator/controllers/ray/common/service.go",
+        "https://github.com/ray-project/kuberay/pull/2670",
     ),
 )
 def model_server_control_ports_not_publicly_exposed(snapshot: Snapshot) -> Iterator[Result]:
@@ -173,14 +188,33 @@ def model_server_control_ports_not_publicly_exposed(snapshot: Snapshot) -> Itera
             t
             for t in by_namespace.get(service.ref.namespace, ())
             if map_selector_matches(selector, t.labels)
-        ]
+        ] or _pods_selected(snapshot, service, selector)
         if not any(classify(c) for t in templates for c in t.containers(include_init=False)):
             continue  # fronts no model server: not this check's business
         limited = _limited_reach(service, public_nodes)
-        yield from _evaluate(service, exposure, limited, selector, templates)
+        yield from _evaluate(snapshot, service, exposure, limited, selector, templates)
+
+
+def _pods_selected(
+    snapshot: Snapshot, service: Resource, selector: Mapping[str, str]
+) -> list[PodTemplate]:
+    """When the selector matches no template: the Pods it selects, one per top owner. An
+    operator can select by labels it adds to the pods it creates (KubeRay's ray.io/cluster,
+    ray.io/node-type), which no template in the input carries."""
+    seen: set[ObjRef] = set()
+    out: list[PodTemplate] = []
+    for pod in snapshot.in_namespace("Pod", service.ref.namespace):
+        if not map_selector_matches(selector, pod.labels):
+            continue
+        owner = top_owner(snapshot, pod).ref
+        if owner not in seen:
+            seen.add(owner)
+            out.extend(templates_of(pod))
+    return out
 
 
 def _evaluate(
+    snapshot: Snapshot,
     service: Resource,
     exposure: str,
     limited: str,
@@ -188,6 +222,7 @@ def _evaluate(
     templates: list[PodTemplate],
 ) -> Iterator[Result]:
     found = False
+    ray = _ray_owner(snapshot, service)
     for index, port in enumerate(map(as_mapping, as_list(service.spec.get("ports")))):
         target = port.get("targetPort", port.get("port"))
         for template in templates:
@@ -195,7 +230,7 @@ def _evaluate(
                 if hit.kind == INFERENCE:
                     continue
                 found = True
-                yield _finding(service, exposure, limited, selector, index, port, hit)
+                yield _finding(service, ray, exposure, limited, selector, index, port, hit)
     if not found:
         yield passed(
             service,
@@ -203,8 +238,17 @@ def _evaluate(
         )
 
 
+def _ray_owner(snapshot: Snapshot, service: Resource) -> Resource | None:
+    """The KubeRay object whose headGroupSpec.serviceType gives `service` its type: KubeRay
+    (common/service.go) renders the head Services from it and reconciles them back, so a change
+    to the Service does not last."""
+    owner = top_owner(snapshot, service)
+    return owner if owner.ref != service.ref and owner.ref.kind in _RAY_HEAD_SPEC else None
+
+
 def _finding(
     service: Resource,
+    ray: Resource | None,
     exposure: str,
     limited: str,
     selector: Mapping[str, str],
@@ -233,12 +277,27 @@ def _finding(
     )
     if notes:
         message += f" ({'; '.join(notes)})"
+    change = (
+        f"{service.ref}: remove spec.ports[{index}] ({hit.server.name} {hit.kind} port "
+        f"{target})\n# from the public Service and reach it through an internal Service instead:"
+    )
+    subject, path = service, f"spec.ports[{index}]"
+    if ray is not None:
+        subject, path = ray, f"{_RAY_HEAD_SPEC[ray.ref.kind]}.serviceType"
+        message = f"Service {service.ref.name} (KubeRay renders it from {path}): {message}"
+        change = (
+            f"{ray.ref}: set {path} to ClusterIP (the head Service carries every head port)\n"
+            "# and publish Ray Serve alone"
+            + (" (spec.serveService)" if ray.ref.kind == _RAY_SERVICE else "")
+            + "; reach the head through an internal Service:"
+        )
     return failed(
-        service,
+        subject,
         message,
-        path=f"spec.ports[{index}]",
+        path=path,
         severity=severity,
         fix={
+            "change": change,
             "index": str(index),
             "server": hit.server.name,
             "port_kind": hit.kind,

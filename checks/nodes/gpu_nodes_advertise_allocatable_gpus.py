@@ -5,6 +5,7 @@ from typing import Any
 
 from gpu_audit.api import (
     CLUSTER_POLICY,
+    COMPUTE_DOMAIN_DRIVER,
     Category,
     FixKind,
     ObjRef,
@@ -33,19 +34,24 @@ from gpu_audit.api import (
     event_time,
     failed,
     format_quantity,
+    gets_gpus_through_dra,
     gpu_hosts,
     gpu_quantities,
     gpu_selection_keys,
     gpu_stack_daemonsets,
     has_resource_status,
+    image_repository,
     is_bootstrapping,
+    node_devices,
     operator_deployed,
     parse_quantity,
     passed,
     pod_is_ready,
+    pod_templates,
     policy_operand_runs_on,
     relate,
     stack_agent_runs_on,
+    templates_of,
 )
 from gpu_audit.checks.nodes._common import dra_gpu_nodes
 
@@ -77,9 +83,12 @@ _VM_MODES = ("vm-passthrough", "vm-vgpu")
         related symptoms: on the device-plugin DaemonSet that cannot be placed on them
         (untolerated taints, nodeSelector/affinity; on the ClusterPolicy when the GPU Operator
         renders it) or whose pod there is not Ready; on the ClusterPolicy when its
-        device-plugin operand (not in the input) would not tolerate their taints; on the
-        DaemonSet to install when the input has DaemonSets but no NVIDIA device plugin, no
-        ClusterPolicy deploying one and no platform plugin (GKE, Bottlerocket, EKS Auto Mode).
+        device-plugin operand (not in the input) would not tolerate their taints; on the NVIDIA
+        DRA driver's DaemonSet when it publishes only ComputeDomain devices on them (its GPU
+        allocation off) while pods claim NVIDIA GPUs through DRA, which no device plugin
+        serves; on the DaemonSet to install when the input has DaemonSets but no NVIDIA device
+        plugin, no ClusterPolicy deploying one and no platform plugin (GKE, Bottlerocket, EKS
+        Auto Mode).
         Otherwise the node is reported. Nodes that are NotReady or still carry join-time taints
         are skipped (the check has no clock for the catalogue's 10-minute guard).
     """,
@@ -111,6 +120,8 @@ _VM_MODES = ("vm-passthrough", "vm-vgpu")
         "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/gpu-operator-mig.html",
         "https://github.com/NVIDIA/k8s-device-plugin#deployment-via-helm",
         "https://kubernetes.io/docs/concepts/workloads/controllers/daemonset/#taints-and-tolerations",
+        "https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/338",
+        "https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/438",
     ),
 )
 def gpu_nodes_advertise_allocatable_gpus(snapshot: Snapshot) -> Iterator[Result]:
@@ -222,7 +233,52 @@ def _unregistered_cause(snapshot: Snapshot, node: Resource) -> _Cause | None:
         return _policy_taints(policy, node)
     if not snapshot.has("DaemonSet") or _operator_may_deploy(snapshot):
         return None  # the input cannot tell whether a plugin is meant to be there
-    return _missing_plugin(node)
+    return _dra_driver_without_gpus(snapshot, node) or _missing_plugin(node)
+
+
+def _dra_driver_without_gpus(snapshot: Snapshot, node: Resource) -> _Cause | None:
+    """The NVIDIA DRA driver that publishes the node's ComputeDomain devices but none of its
+    GPUs (its chart's GPU allocation is off), while pods claim NVIDIA GPUs through DRA: a
+    device plugin would not serve those claims. Without such pods, ComputeDomains beside a
+    device plugin is a documented setup, and the missing plugin is the finding."""
+    if not node_devices(snapshot, COMPUTE_DOMAIN_DRIVER).get(node.ref.name):
+        return None
+    claimants = [t for t in pod_templates(snapshot) if gets_gpus_through_dra(snapshot, t)]
+    driver = next(
+        (
+            (ds, chart)
+            for ds in snapshot.of("DaemonSet")
+            for template in templates_of(ds)
+            for container in template.containers()
+            for image, chart in _DRA_DRIVER_CHARTS.items()
+            if image_repository(container.image).endswith(image)
+        ),
+        None,
+    )
+    if not claimants or driver is None:
+        return None
+    daemonset, chart = driver
+    release = daemonset.annotations.get("meta.helm.sh/release-name") or chart.split("/")[-1]
+    names = ", ".join(str(t.owner.ref) for t in claimants[:3])
+    claim = "claims" if len(claimants) == 1 else "claim"
+    return _Cause(
+        daemonset,
+        "runs the NVIDIA DRA driver without its GPU allocation: it publishes ComputeDomain "
+        f"devices ({COMPUTE_DOMAIN_DRIVER}) but no GPU, and {_workloads(len(claimants))} "
+        f"({names}) {claim} NVIDIA GPUs through DRA, which a device plugin would not serve",
+        _fixed(
+            {
+                "summary": "enable the DRA driver's GPU allocation (its chart's "
+                "resources.gpus.enabled, and gpuResourcesEnabledOverride, the chart's guard "
+                "against a device plugin serving the same GPUs)",
+                "command": f"helm upgrade {release} {chart} --namespace "
+                f"{daemonset.ref.namespace} --reuse-values --set resources.gpus.enabled=true "
+                "--set gpuResourcesEnabledOverride=true",
+            }
+        ),
+        "",
+        related=[relate(t.owner, RelatedRole.SYMPTOM) for t in claimants[:3]],
+    )
 
 
 def _operator_may_deploy(snapshot: Snapshot) -> bool:
@@ -331,6 +387,18 @@ def _missing_plugin(node: Resource) -> _Cause:
 
 
 _CHART_NAMESPACE = "nvidia-device-plugin"
+# The NVIDIA DRA driver's image (one for the GPU and the ComputeDomain kubelet plugins) -> its
+# Helm chart: NVIDIA's (nvcr.io), and the kubernetes-sigs project's (registry.k8s.io).
+_DRA_DRIVER_CHARTS = {
+    "k8s-dra-driver-gpu": "nvidia-dra-driver-gpu --repo https://helm.ngc.nvidia.com/nvidia",
+    "dra-driver-nvidia-gpu": "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu",
+}
+
+
+def _workloads(count: int) -> str:
+    return f"{count} workload{'s' if count != 1 else ''}"
+
+
 _CHART_DAEMONSET = "nvdp-nvidia-device-plugin"
 
 

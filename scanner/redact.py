@@ -86,6 +86,7 @@ READ_ANNOTATIONS = frozenset(
         "kueue.x-k8s.io/podset-required-topology",  # Kueue TAS, JobSet placement (GPU-FAB-004)
         "kueue.x-k8s.io/podset-preferred-topology",
         "alpha.jobset.sigs.k8s.io/exclusive-topology",
+        "serving.knative.dev/progress-deadline",  # a revision's deadline (GPU-SRV-006)
     }
 )
 READ_ANNOTATION_PREFIXES = (

@@ -126,13 +126,14 @@ class Evidence:
         High when the pod runs several GPU processes that share /dev/shm: two or more GPUs in
         the pod, or a command line that starts more than one process (torchrun
         --nproc_per_node, --tensor-parallel-size/--tp, --pipeline-parallel-size, TGI
-        --num-shard, deepspeed --num_gpus, accelerate --num_processes > 1); medium for a
-        multi-pod NCCL job (a PyTorchJob, MPIJob, Volcano or batch Job with more than one GPU
-        pod, a TrainJob or training runtime whose trainer runs on more than one node (numNodes;
-        resourcesPerNode is per pod), or torchrun --nnodes > 1, whose command, image or NCCL_* environment shows NCCL,
-        torchrun, DeepSpeed or Horovod). Otherwise low: one GPU and one process (a notebook, a
-        TP=1 vLLM, a single Triton model) shows no user of more than 64 MiB; DataLoader workers
-        and NCCL variables alone are not evidence. NCCL_SHM_DISABLE=1 lowers it to info except
+        --num-shard, deepspeed --num_gpus, accelerate --num_processes > 1). Otherwise low:
+        one GPU and one process (a notebook, a TP=1 vLLM, a single Triton model) shows no user
+        of more than 64 MiB; DataLoader workers and NCCL variables alone are not evidence. Low
+        too for a multi-pod NCCL job with one GPU and one process per pod (a PyTorchJob,
+        MPIJob, Volcano or batch Job, a TrainJob over several nodes, torchrun --nnodes > 1):
+        each pod has its own IPC namespace, so NCCL's SHM transport never joins ranks of two
+        pods, and the catalogue's "high for multi-node training pods" has no source behind it
+        (the reports are of several GPUs in one container). NCCL_SHM_DISABLE=1 lowers it to info except
         for tensor/pipeline-parallel servers, which share tensors through torch shared memory.
     """,
     remediation="""
@@ -202,9 +203,14 @@ def _evidence(snapshot: Snapshot, template: PodTemplate) -> Evidence:
         )
     pods = _job_gpu_pods(snapshot, template)
     if pods > 1 and _speaks_nccl(template):
+        # Each pod has its own IPC namespace: NCCL's SHM transport joins the ranks of one pod,
+        # and ranks in other pods are reached over the network (NVIDIA/nccl#525, #290: the
+        # failures are several GPUs in one container).
         return Evidence(
-            Severity.MEDIUM,
-            f"{pods} GPU pods of one NCCL job; NCCL uses {SHM} for its intra-node transport",
+            Severity.LOW,
+            f"{pods} GPU pods of one NCCL job, one GPU and one process each: ranks in other "
+            f"pods are reached over the network, not through {SHM}, so nothing here shows a "
+            "user of more than 64 MiB of it",
         )
     return Evidence(
         Severity.LOW,

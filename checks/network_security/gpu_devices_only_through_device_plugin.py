@@ -72,7 +72,7 @@ _VISIBLE_DEVICES_FROM_PLUGIN = """\
         addonmanager.kubernetes.io/mode, or built only from GKE's GPU images such as
         nvidia-gpu-device-plugin, which mounts /dev by design): hostPath
         volumes of /, /dev or under /dev/nvidia*, /dev/dri, /dev/infiniband, /dev/kfd,
-        /dev/vfio; privileged containers that request GPUs or that can run on a GPU node
+        /dev/vfio (and whether a container that mounts one is privileged); privileged containers that request GPUs or that can run on a GPU node
         without requesting one (when Nodes are in the input, only if the pod's selectors and
         tolerations admit a GPU node; never for kube-system agents, nor for TPU pods, which
         select cloud.google.com/gke-tpu-accelerator or ask for google.com/tpu); a literal
@@ -82,10 +82,12 @@ _VISIBLE_DEVICES_FROM_PLUGIN = """\
     """,
     severity_evidence="""
         High when the spec itself hands the workload devices outside the device plugin: a
-        hostPath of /, /dev or a GPU/RDMA device node, a privileged container that requests
-        GPUs, a literal NVIDIA_VISIBLE_DEVICES without a GPU request. Medium for a privileged
-        container without a GPU request that the input shows can land on a GPU node (or when no
-        Node is in the input).
+        hostPath of /, /dev or a GPU/RDMA device node mounted by a privileged container, a
+        privileged container that requests GPUs, a literal NVIDIA_VISIBLE_DEVICES without a GPU
+        request. Medium for a privileged container without a GPU request that the input shows
+        can land on a GPU node (or when no Node is in the input). Low for such a hostPath that
+        only unprivileged containers mount: the runtime's device cgroup lets them open none of
+        its device nodes (node-exporter mounts the host root read-only this way).
     """,
     remediation="""
         # $kind $namespace/$name ($where): $problem
@@ -183,16 +185,40 @@ def _host_device_volumes(template: PodTemplate) -> Iterator[Result]:
             what = "the host root (including /dev)" if path == "/" else path
             name = str(volume.get("name", ""))
             problem = f"hostPath volume {name} mounts {what}"
+            # Only a privileged container is let through the runtime's device cgroup: in the
+            # others the host's device nodes are visible and cannot be opened.
+            if any(_mounts(c, name) and _privileged(c) for c in template.containers()):
+                why, severity = (
+                    "device nodes outside the device plugin's allocation and isolation",
+                    None,
+                )
+            else:
+                why = (
+                    "its device nodes are visible, but no container that mounts it is "
+                    "privileged, and the runtime's device cgroup refuses to open them"
+                )
+                severity = Severity.LOW
             yield failed(
                 template,
-                f"{problem}: device nodes outside the device plugin's allocation and isolation",
+                f"{problem}: {why}",
                 path=f"{template.path}.volumes[{index}].hostPath",
+                severity=severity,
                 fix={
                     "where": f"volume {name}",
                     "problem": problem,
                     "fragment": _remove_volume(template, name),
                 },
             )
+
+
+def _mounts(container: Container, volume_name: str) -> bool:
+    return any(
+        as_mapping(m).get("name") == volume_name for m in as_list(container.raw.get("volumeMounts"))
+    )
+
+
+def _privileged(container: Container) -> bool:
+    return container.security_context.get("privileged") is True
 
 
 def _remove_volume(template: PodTemplate, name: str) -> str:
@@ -233,7 +259,7 @@ def _container_findings(
     container: Container, gpu_node_list: tuple[Resource, ...] | None
 ) -> Iterator[Result]:
     requests_gpu = bool(container.gpu_resource_names())
-    if container.security_context.get("privileged") is True and (
+    if _privileged(container) and (
         requests_gpu or _may_land_on_gpu_node(container.template, gpu_node_list)
     ):
         problem = "privileged container sees every host device, including every GPU"

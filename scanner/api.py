@@ -119,6 +119,12 @@ from gpu_audit.k8s.karpenter import (
     nodepool_taints,
     nodepool_template_labels,
 )
+from gpu_audit.k8s.knative import (
+    KNATIVE_SERVICE,
+    PROGRESS_DEADLINE_ANNOTATION,
+    ProgressDeadline,
+    progress_deadline,
+)
 from gpu_audit.k8s.kserve import (
     CLUSTER_SERVING_RUNTIME,
     INFERENCE_SERVICE,
@@ -220,6 +226,7 @@ from gpu_audit.k8s.quantities import (
     parse_quantity,
     quantities,
 )
+from gpu_audit.k8s.ray import RAY_SERVICE, ray_cluster_spec_path
 from gpu_audit.k8s.scheduling import (
     DAEMONSET_POD_TOLERATIONS,
     NodeAffinity,
@@ -554,6 +561,18 @@ API_GROUPS: tuple[ApiGroup, ...] = (
         ),
     ),
     ApiGroup(
+        "Knative and KubeRay",
+        "Where an operator's object holds what the operator renders from it.",
+        (
+            "KNATIVE_SERVICE",
+            "PROGRESS_DEADLINE_ANNOTATION",
+            "ProgressDeadline",
+            "progress_deadline",
+            "RAY_SERVICE",
+            "ray_cluster_spec_path",
+        ),
+    ),
+    ApiGroup(
         "KServe",
         "InferenceService components are pod templates (PodTemplate.replica_type is the "
         "component); the runtime a predictor's model runs on.",
@@ -722,6 +741,7 @@ __all__ = [
     "GKE_INTERFACES_ANNOTATION",
     "HUGEPAGES_2MI",
     "INFERENCE_SERVICE",
+    "KNATIVE_SERVICE",
     "KSERVE_ISVC_LABEL",
     "KUBEFLOW_REPLICA_KEYS",
     "KUEUE_CONFIG_KEY",
@@ -738,8 +758,10 @@ __all__ = [
     "NVIDIA_MIG_PREFIX",
     "OPERATOR_PLACEHOLDER",
     "PLATFORM_LABELS",
+    "PROGRESS_DEADLINE_ANNOTATION",
     "QUEUE_NAME_LABEL",
     "RAY",
+    "RAY_SERVICE",
     "REDACTED",
     "RESOURCE_CLAIM",
     "RESOURCE_CLAIM_TEMPLATE",
@@ -774,6 +796,7 @@ __all__ = [
     "Outcome",
     "PodClaim",
     "PodTemplate",
+    "ProgressDeadline",
     "QuantityError",
     "QueuedWorkload",
     "RelatedRef",
@@ -929,9 +952,11 @@ __all__ = [
     "pointer",
     "policy_operand_runs_on",
     "policy_toleration_patch",
+    "progress_deadline",
     "quantities",
     "queue_name",
     "queued_workloads",
+    "ray_cluster_spec_path",
     "redact_argv",
     "redact_text",
     "relate",

@@ -72,8 +72,8 @@ _VISIBLE_DEVICES_FROM_PLUGIN = """\
         addonmanager.kubernetes.io/mode, or built only from GKE's GPU images such as
         nvidia-gpu-device-plugin, which mounts /dev by design): hostPath
         volumes of /, /dev or under /dev/nvidia*, /dev/dri, /dev/infiniband, /dev/kfd,
-        /dev/vfio (and whether a container that mounts one is privileged); privileged containers that request GPUs or that can run on a GPU node
-        without requesting one (when Nodes are in the input, only if the pod's selectors and
+        /dev/vfio (and whether a container that mounts one is privileged); privileged
+        containers that request GPUs or that can run on a GPU node without requesting one (when Nodes are in the input, only if the pod's selectors and
         tolerations admit a GPU node; never for kube-system agents, nor for TPU pods, which
         select cloud.google.com/gke-tpu-accelerator or ask for google.com/tpu); a literal
         NVIDIA_VISIBLE_DEVICES other than void/none in a container without a GPU request. Not
@@ -187,7 +187,7 @@ def _host_device_volumes(template: PodTemplate) -> Iterator[Result]:
             problem = f"hostPath volume {name} mounts {what}"
             # Only a privileged container is let through the runtime's device cgroup: in the
             # others the host's device nodes are visible and cannot be opened.
-            if any(_mounts(c, name) and _privileged(c) for c in template.containers()):
+            if any(_mounts(c, name) and c.privileged for c in template.containers()):
                 why, severity = (
                     "device nodes outside the device plugin's allocation and isolation",
                     None,
@@ -215,10 +215,6 @@ def _mounts(container: Container, volume_name: str) -> bool:
     return any(
         as_mapping(m).get("name") == volume_name for m in as_list(container.raw.get("volumeMounts"))
     )
-
-
-def _privileged(container: Container) -> bool:
-    return container.security_context.get("privileged") is True
 
 
 def _remove_volume(template: PodTemplate, name: str) -> str:
@@ -259,7 +255,7 @@ def _container_findings(
     container: Container, gpu_node_list: tuple[Resource, ...] | None
 ) -> Iterator[Result]:
     requests_gpu = bool(container.gpu_resource_names())
-    if _privileged(container) and (
+    if container.privileged and (
         requests_gpu or _may_land_on_gpu_node(container.template, gpu_node_list)
     ):
         problem = "privileged container sees every host device, including every GPU"

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 
 from gpu_audit.api import (
+    KNATIVE_SERVICE,
+    PROGRESS_DEADLINE_ANNOTATION,
     Category,
     FixKind,
     Resource,
@@ -16,25 +17,18 @@ from gpu_audit.api import (
     check,
     failed,
     passed,
-    str_map,
+    progress_deadline,
     templates_of,
 )
 
 from ._common import probe_budget
 
-KNATIVE_SERVICE = "Service.serving.knative.dev"
-DEADLINE_ANNOTATION = "serving.knative.dev/progress-deadline"
-# config-deployment's progress-deadline when neither it nor the revision sets one
-# (knative.dev/docs/serving/configuration/deployment: "600s").
-DEFAULT_DEADLINE_S = 600
 # The deadline suggested: higher than the probe's budget, as Knative's probing guide asks.
 _MARGIN_S = 60
 # What the revision's status says when the deadline passed before the pods were Ready
 # (pkg/reconciler/autoscaling: "Initial scale was never achieved"; the Deployment's
 # ProgressDeadlineExceeded).
 _FAILED_SIGNS = ("progressdeadlineexceeded", "initial scale was never achieved")
-_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
-_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 
 @check(
@@ -80,7 +74,6 @@ _UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6
     ),
 )
 def knative_progress_deadline_covers_startup(snapshot: Snapshot) -> Iterator[Result]:
-    configured, configured_where = _config_deadline(snapshot)
     for service in snapshot.of(KNATIVE_SERVICE):
         templates = [t for t in templates_of(service) if t.requests_gpu]
         budgets = [
@@ -92,28 +85,22 @@ def knative_progress_deadline_covers_startup(snapshot: Snapshot) -> Iterator[Res
         if not budgets:
             continue
         budget, container = max(budgets, key=lambda b: b[0])
-        annotations = str_map(
-            as_mapping(as_mapping(service.spec.get("template")).get("metadata")).get("annotations")
-        )
-        raw = annotations.get(DEADLINE_ANNOTATION)
-        if raw is None:
-            deadline, where = configured, configured_where
-        else:
-            deadline, where = _seconds(raw), f"its {DEADLINE_ANNOTATION} annotation, {raw}"
-        if deadline is None or deadline >= budget:
+        deadline = progress_deadline(service, snapshot)
+        if deadline.seconds is None or deadline.seconds >= budget:
             yield passed(service, f"progress deadline covers the {budget}s startup probe")
             continue
         failure = _failure(service)
         message = (
             f"the startup probe of container {container.name} allows {budget}s for the model "
-            f"to load, but Knative fails the revision after {deadline:g}s ({where})"
+            f"to load, but Knative fails the revision after {deadline.seconds:g}s "
+            f"({deadline.source})"
         )
         if failure:
             message += f"; the Service's status shows it: {failure}"
         yield failed(
             service,
             message,
-            path=f"spec.template.metadata.annotations[{DEADLINE_ANNOTATION}]",
+            path=f"spec.template.metadata.annotations[{PROGRESS_DEADLINE_ANNOTATION}]",
             severity=Severity.HIGH if failure else Severity.MEDIUM,
             fix={
                 "patch": json.dumps(
@@ -121,7 +108,9 @@ def knative_progress_deadline_covers_startup(snapshot: Snapshot) -> Iterator[Res
                         "spec": {
                             "template": {
                                 "metadata": {
-                                    "annotations": {DEADLINE_ANNOTATION: f"{budget + _MARGIN_S}s"}
+                                    "annotations": {
+                                        PROGRESS_DEADLINE_ANNOTATION: f"{budget + _MARGIN_S}s"
+                                    }
                                 }
                             }
                         }
@@ -130,25 +119,6 @@ def knative_progress_deadline_covers_startup(snapshot: Snapshot) -> Iterator[Res
                 )
             },
         )
-
-
-def _config_deadline(snapshot: Snapshot) -> tuple[float | None, str]:
-    """The progress deadline revisions get when they set none, in seconds (None when it is
-    not a duration), and where it comes from."""
-    config = snapshot.get("ConfigMap", "knative-serving", "config-deployment")
-    raw = str_map(as_mapping(config.raw.get("data"))).get("progress-deadline") if config else None
-    if raw is None:
-        return DEFAULT_DEADLINE_S, "Knative's default progress deadline"
-    return _seconds(raw), f"config-deployment's progress-deadline, {raw}"
-
-
-def _seconds(duration: str) -> float | None:
-    """A Go duration in seconds, None when it is not one."""
-    text = duration.strip()
-    parts = _GO_DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        return None
-    return sum(float(number) * _UNIT_S[unit] for number, unit in parts)
 
 
 def _failure(service: Resource) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from gpu_audit.api import (
     RAY,
+    RAY_SERVICE,
     TORCHSERVE,
     TRITON,
     VLLM,
@@ -34,6 +35,7 @@ from gpu_audit.api import (
     map_selector_matches,
     passed,
     pod_templates,
+    ray_cluster_spec_path,
     str_map,
     templates_of,
     top_owner,
@@ -76,13 +78,6 @@ _INTERNAL_LB_ANNOTATIONS = {
     "service.beta.kubernetes.io/azure-load-balancer-internal": "true",
 }
 _OPEN_RANGES = ("0.0.0.0/0", "::/0")
-_RAY_SERVICE = "RayService.ray.io"
-# Where a KubeRay object sets the type of the head Services the operator renders from it.
-_RAY_HEAD_SPEC = {
-    "RayCluster.ray.io": "spec.headGroupSpec",
-    _RAY_SERVICE: "spec.rayClusterConfig.headGroupSpec",
-    "RayJob.ray.io": "spec.rayClusterSpec.headGroupSpec",
-}
 _ONE_STEP_DOWN = {
     Severity.CRITICAL: Severity.HIGH,
     Severity.HIGH: Severity.MEDIUM,
@@ -243,7 +238,8 @@ def _ray_owner(snapshot: Snapshot, service: Resource) -> Resource | None:
     (common/service.go) renders the head Services from it and reconciles them back, so a change
     to the Service does not last."""
     owner = top_owner(snapshot, service)
-    return owner if owner.ref != service.ref and owner.ref.kind in _RAY_HEAD_SPEC else None
+    ray = owner.ref != service.ref and ray_cluster_spec_path(owner.ref.kind) is not None
+    return owner if ray else None
 
 
 def _finding(
@@ -283,12 +279,12 @@ def _finding(
     )
     subject, path = service, f"spec.ports[{index}]"
     if ray is not None:
-        subject, path = ray, f"{_RAY_HEAD_SPEC[ray.ref.kind]}.serviceType"
+        subject, path = ray, f"{ray_cluster_spec_path(ray.ref.kind)}.headGroupSpec.serviceType"
         message = f"Service {service.ref.name} (KubeRay renders it from {path}): {message}"
         change = (
             f"{ray.ref}: set {path} to ClusterIP (the head Service carries every head port)\n"
             "# and publish Ray Serve alone"
-            + (" (spec.serveService)" if ray.ref.kind == _RAY_SERVICE else "")
+            + (" (spec.serveService)" if ray.ref.kind == RAY_SERVICE else "")
             + "; reach the head through an internal Service:"
         )
     return failed(

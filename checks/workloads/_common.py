@@ -79,10 +79,6 @@ def env_list_value(env: Iterable[Any], name: str) -> str | None:
     return None
 
 
-def is_privileged(container: Container) -> bool:
-    return container.security_context.get("privileged") is True
-
-
 def added_capabilities(container: Container) -> set[str]:
     caps = as_mapping(container.security_context.get("capabilities"))
     return {str(c).upper().removeprefix("CAP_") for c in as_list(caps.get("add"))}

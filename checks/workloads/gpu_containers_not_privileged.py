@@ -25,7 +25,6 @@ from gpu_audit.api import (
 )
 from gpu_audit.checks.workloads._common import (
     added_capabilities,
-    is_privileged,
     volume,
 )
 
@@ -156,7 +155,7 @@ def _targets_gpus(template: PodTemplate) -> bool:
 def _judge(template: PodTemplate, container: Container) -> Result:
     fix = _fix(template, container)
     context = f"{container.path}.securityContext"
-    if is_privileged(container):
+    if container.privileged:
         return failed(
             container,
             "is privileged: it sees every GPU of the node, not just the allocated ones",
@@ -193,7 +192,7 @@ def _fix(template: PodTemplate, container: Container) -> dict[str, str]:
     given to a container that asks for none (a sidecar, an init container)."""
     fields: dict[str, Any] = {"name": container.name}
     context: dict[str, Any] = {}
-    if is_privileged(container):
+    if container.privileged:
         context["privileged"] = False
     added = [
         str(c)

@@ -22,7 +22,6 @@ from gpu_audit.api import (
 from gpu_audit.checks.workloads._common import (
     env_list_value,
     gpu_count,
-    is_privileged,
     resolved_env,
 )
 
@@ -155,7 +154,7 @@ def _judge(snapshot: Snapshot, container: Container, mitigated: bool) -> Iterato
     if value is None:
         return  # from a Secret, a field ref or an absent ConfigMap: unknown
     if has_gpu:
-        ignored = mitigated and not is_privileged(container)
+        ignored = mitigated and not container.privileged
         yield failed(
             container,
             f"requests GPUs but hard-codes {VARIABLE}={value!r}; "
@@ -172,7 +171,7 @@ def _judge(snapshot: Snapshot, container: Container, mitigated: bool) -> Iterato
     elif value.strip().lower() in NO_GPU_VALUES:
         yield passed(container, f"requests no GPU and sets {VARIABLE}={value!r} (no GPU)")
     else:
-        privileged = is_privileged(container)
+        privileged = container.privileged
         severity = Severity.LOW if mitigated and not privileged else Severity.HIGH
         note = (
             "the cluster ignores it for unprivileged containers"

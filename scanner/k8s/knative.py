@@ -37,7 +37,9 @@ The template is named `revision` and points at `spec.template.spec`, where a fix
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -58,6 +60,10 @@ INIT_CONTAINER = "init-container"
 USER_PORT_NAME = "user-port"
 DEFAULT_USER_PORT = 8080
 DEFAULT_TIMEOUT_SECONDS = 300
+PROGRESS_DEADLINE_ANNOTATION = "serving.knative.dev/progress-deadline"
+DEFAULT_PROGRESS_DEADLINE_S = 600
+_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
+_GO_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 QUEUE_ADMIN_PORT = 8022  # networking.QueueAdminPort: the preStop drain endpoint
 DRAIN_PATH = "/wait-for-drain"  # queue.RequestQueueDrainPath
 QUEUE_PORT = 8012  # networking.BackendHTTPPort
@@ -231,6 +237,44 @@ def _deployment_config(snapshot: Snapshot | None) -> Mapping[str, Any]:
         return {}
     found = snapshot.get("ConfigMap", SYSTEM_NAMESPACE, DEPLOYMENT_CONFIG)
     return as_mapping(found.raw.get("data")) if found is not None else {}
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressDeadline:
+    """How long Knative waits for a revision's pods to become Ready before it marks the
+    revision failed and scales it to zero: `seconds` (None when the setting is not a Go
+    duration, which Knative refuses) and where the value comes from."""
+
+    seconds: float | None
+    source: str
+
+
+def progress_deadline(service: Resource, snapshot: Snapshot) -> ProgressDeadline:
+    """The revision template's serving.knative.dev/progress-deadline annotation, else
+    config-deployment's progress-deadline, else Knative's default (600s: pkg/deployment/
+    config.go, ProgressDeadlineDefault; pkg/reconciler/revision/resources/deploy.go sets the
+    Deployment's progressDeadlineSeconds from the annotation)."""
+    metadata = as_mapping(as_mapping(service.spec.get("template")).get("metadata"))
+    raw = str_map(metadata.get("annotations")).get(PROGRESS_DEADLINE_ANNOTATION)
+    if raw is not None:
+        return ProgressDeadline(
+            _go_seconds(raw), f"its {PROGRESS_DEADLINE_ANNOTATION} annotation, {raw}"
+        )
+    configured = str_map(_deployment_config(snapshot)).get("progress-deadline")
+    if configured is not None:
+        return ProgressDeadline(
+            _go_seconds(configured), f"config-deployment's progress-deadline, {configured}"
+        )
+    return ProgressDeadline(DEFAULT_PROGRESS_DEADLINE_S, "Knative's default progress deadline")
+
+
+def _go_seconds(duration: str) -> float | None:
+    """A Go duration ("600s", "10m", "1h30m") in seconds, None when it is not one."""
+    text = duration.strip()
+    parts = _GO_DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(float(number) * _GO_UNIT_S[unit] for number, unit in parts)
 
 
 def _runtime_class(config: Mapping[str, Any], labels: Mapping[str, str]) -> str:

@@ -275,6 +275,11 @@ class Container:
     def security_context(self) -> Mapping[str, Any]:
         return as_mapping(self.raw.get("securityContext"))
 
+    @property
+    def privileged(self) -> bool:
+        """securityContext.privileged: every host device, past the runtime's device cgroup."""
+        return self.security_context.get("privileged") is True
+
     def env(self) -> dict[str, Mapping[str, Any]]:
         return {
             str(e.get("name", "")): e

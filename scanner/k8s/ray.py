@@ -71,12 +71,21 @@ _VERSION = re.compile(r"\s*v?([0-9]+(?:\.[0-9]+)+)")
 _WGET = "wget --tries 1 -T {} -q -O- http://localhost:{}/{} | grep success"
 
 
+def ray_cluster_spec_path(kind: str) -> str | None:
+    """Where a KubeRay object of `kind` holds its RayClusterSpec (headGroupSpec,
+    workerGroupSpecs...); None for a kind that is not KubeRay's."""
+    if kind not in RAY_TYPES:
+        return None
+    key = _CLUSTER_SPEC_KEYS.get(kind)
+    return f"spec.{key}" if key else "spec"
+
+
 def ray_templates(resource: Resource) -> tuple[OperatorTemplate, ...]:
     """The head's, each worker group's and (RayJob) the submitter's pod spec."""
     kind = resource.ref.kind
     key = _CLUSTER_SPEC_KEYS.get(kind)
     cluster = as_mapping(resource.spec.get(key)) if key else resource.spec
-    out = list(_cluster_templates(resource, cluster, f"spec.{key}" if key else "spec"))
+    out = list(_cluster_templates(resource, cluster, ray_cluster_spec_path(kind) or "spec"))
     if kind == RAY_JOB:
         submitter = as_mapping(resource.spec.get("submitterPodTemplate"))
         spec = submitter.get("spec")

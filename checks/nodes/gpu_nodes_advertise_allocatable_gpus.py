@@ -9,6 +9,7 @@ from gpu_audit.api import (
     Category,
     FixKind,
     ObjRef,
+    PodTemplate,
     QuantityError,
     RelatedRef,
     RelatedRole,
@@ -243,17 +244,8 @@ def _dra_driver_without_gpus(snapshot: Snapshot, node: Resource) -> _Cause | Non
     device plugin is a documented setup, and the missing plugin is the finding."""
     if not node_devices(snapshot, COMPUTE_DOMAIN_DRIVER).get(node.ref.name):
         return None
-    claimants = [t for t in pod_templates(snapshot) if gets_gpus_through_dra(snapshot, t)]
-    driver = next(
-        (
-            (ds, chart)
-            for ds in snapshot.of("DaemonSet")
-            for template in templates_of(ds)
-            for container in template.containers()
-            for image, chart in _DRA_DRIVER_CHARTS.items()
-            if image_repository(container.image).endswith(image)
-        ),
-        None,
+    claimants, driver = snapshot.derived(
+        "nodes.dra_claimants_and_driver", _dra_claimants_and_driver
     )
     if not claimants or driver is None:
         return None
@@ -279,6 +271,26 @@ def _dra_driver_without_gpus(snapshot: Snapshot, node: Resource) -> _Cause | Non
         "",
         related=[relate(t.owner, RelatedRole.SYMPTOM) for t in claimants[:3]],
     )
+
+
+def _dra_claimants_and_driver(
+    snapshot: Snapshot,
+) -> tuple[tuple[PodTemplate, ...], tuple[Resource, str] | None]:
+    """The pod templates that claim NVIDIA GPUs through DRA, and the NVIDIA DRA driver's
+    DaemonSet with its Helm chart (the same for every node: found once per snapshot)."""
+    claimants = tuple(t for t in pod_templates(snapshot) if gets_gpus_through_dra(snapshot, t))
+    driver = next(
+        (
+            (ds, chart)
+            for ds in snapshot.of("DaemonSet")
+            for template in templates_of(ds)
+            for container in template.containers()
+            for image, chart in _DRA_DRIVER_CHARTS.items()
+            if image_repository(container.image).endswith(image)
+        ),
+        None,
+    )
+    return claimants, driver
 
 
 def _operator_may_deploy(snapshot: Snapshot) -> bool:
@@ -387,6 +399,7 @@ def _missing_plugin(node: Resource) -> _Cause:
 
 
 _CHART_NAMESPACE = "nvidia-device-plugin"
+_CHART_DAEMONSET = "nvdp-nvidia-device-plugin"
 # The NVIDIA DRA driver's image (one for the GPU and the ComputeDomain kubelet plugins) -> its
 # Helm chart: NVIDIA's (nvcr.io), and the kubernetes-sigs project's (registry.k8s.io).
 _DRA_DRIVER_CHARTS = {
@@ -397,9 +410,6 @@ _DRA_DRIVER_CHARTS = {
 
 def _workloads(count: int) -> str:
     return f"{count} workload{'s' if count != 1 else ''}"
-
-
-_CHART_DAEMONSET = "nvdp-nvidia-device-plugin"
 
 
 def _not_ready(snapshot: Snapshot, node: Resource, placed: list[StackDaemonSet]) -> _Cause | None:

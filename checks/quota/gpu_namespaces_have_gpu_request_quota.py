@@ -62,8 +62,8 @@ PROFILE = "Profile.kubeflow.org"
         in a namespace with no GPU workload yet: the finding is on it,
         with its namespace and the uncapped workloads as related symptoms; on the Kubeflow
         Profile instead when one in the input controls the quota (its controller renders
-        spec.resourceQuotaSpec into the quota and restores it on every reconcile). Without any such
-        quota the finding is on the Namespace. DRA ResourceClaims are not counted here.
+        spec.resourceQuotaSpec into the quota and restores it on every reconcile). Without
+        any such quota the finding is on the Namespace. DRA ResourceClaims are not counted here.
     """,
     severity_evidence="""
         A ResourceQuota whose GPU key the evaluator ignores is high when GPU workloads run in

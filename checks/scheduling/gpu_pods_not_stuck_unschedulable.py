@@ -123,8 +123,8 @@ class _Event:
         up; and when workers of the same job already hold GPUs (partial placement: a
         PyTorchJob, MPIJob, Volcano Job or Job, or a SparkApplication whose driver holds a GPU
         while its executors wait), critical when two or more jobs are partially placed at once
-        (they deadlock on each other's GPUs). Low when it only waits for capacity other pods hold and an eligible node could
-        hold it (a queue, not a fault); medium when that cannot be told (no node status, or
+        (they deadlock on each other's GPUs). Low when it only waits for capacity other pods
+        hold and an eligible node could hold it (a queue, not a fault); medium when that cannot be told (no node status, or
         GPUs through DRA, whose devices GPU-SCHED-009 matches against the ResourceSlices).
     """,
     remediation="""

@@ -133,8 +133,9 @@ class Evidence:
         MPIJob, Volcano or batch Job, a TrainJob over several nodes, torchrun --nnodes > 1):
         each pod has its own IPC namespace, so NCCL's SHM transport never joins ranks of two
         pods, and the catalogue's "high for multi-node training pods" has no source behind it
-        (the reports are of several GPUs in one container). NCCL_SHM_DISABLE=1 lowers it to info except
-        for tensor/pipeline-parallel servers, which share tensors through torch shared memory.
+        (the reports are of several GPUs in one container). NCCL_SHM_DISABLE=1 lowers it to
+        info except for tensor/pipeline-parallel servers, which share tensors through torch
+        shared memory.
     """,
     remediation="""
         # $kind $namespace/$name, container $container: memory-backed /dev/shm
